@@ -1,0 +1,56 @@
+# Allot: `make run` serves the demo; `make test` runs every test; `make bench` the benchmarks.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+HOST ?= 127.0.0.1
+PORT ?= 8000
+# The embedded default: SQLite under var/, no Redis, Celery tasks in-process.
+RUN_ENV := DEBUG=1
+
+.PHONY: run test bench install install-test chromium lint clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
+	$(PIP) install --quiet -e '.[test,bench]'
+	touch $@
+
+install: $(VENV)/.installed
+
+install-test: $(VENV)/.installed-test chromium
+
+# Browser tests drive Debian's Chromium; Playwright cannot download one here.
+chromium:
+	@if [ ! -x /usr/bin/chromium ]; then \
+		echo "installing Debian's chromium for the browser tests"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get install -y -q chromium >/dev/null || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }; \
+	fi
+
+run: install
+	$(RUN_ENV) $(PY) manage.py migrate --no-input -v 0
+	$(RUN_ENV) $(PY) manage.py demo
+	@echo
+	@echo "Allot is at http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/docs/)"
+	@echo "Demo logins, password allot-demo: alice, bob, carol, dan, erin (researchers),"
+	@echo "  pat, lee, mia (managers), olga (on-call), admin (admin). Ctrl-C stops."
+	@echo
+	$(RUN_ENV) $(PY) manage.py runserver --noreload $(HOST):$(PORT)
+
+test: install-test
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+bench: install-test
+	$(PY) bench/run_all.py
+
+lint: install-test
+	$(VENV)/bin/ruff check .
+
+clean:
+	rm -rf $(VENV) var staticfiles .pytest_cache .hypothesis

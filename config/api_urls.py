@@ -1,0 +1,21 @@
+"""REST API v1: the stable core of FORMATS.md, plus the schema and its docs."""
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.authtoken.views import obtain_auth_token
+from rest_framework.routers import DefaultRouter
+
+from budgets.api.views import UnitViewSet
+from topology.api.views import ClusterViewSet, HostViewSet
+
+router = DefaultRouter()
+router.register("clusters", ClusterViewSet)
+router.register("hosts", HostViewSet)
+router.register("units", UnitViewSet)
+
+urlpatterns = [
+    path("v1/auth/token/", obtain_auth_token, name="api-token"),
+    path("v1/", include(router.urls)),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+]

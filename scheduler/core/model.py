@@ -1,0 +1,242 @@
+"""The scheduler's input and output: frozen dataclasses, nothing else.
+
+A `Snapshot` is everything `schedule()` may look at; `Decisions` is everything
+it may say. The live tick builds the snapshot from the ORM and applies the
+decisions back; the simulator builds it from its own state. Times are seconds
+(epoch seconds live, seconds from the start in the simulator); `now` is always
+passed in, never read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Host states, as in topology.Host.
+UP = "up"
+CORDONED = "cordoned"
+DRAINING = "draining"
+DRAINED = "drained"
+DOWN = "down"
+
+# Job topology requests.
+ANY = "any"
+DOMAIN = "domain"
+PREFERRED = "preferred"
+
+# Job priorities order jobs only inside their project.
+PRIORITY_LOW = 0
+PRIORITY_NORMAL = 1
+PRIORITY_HIGH = 2
+
+# Running job states.
+RUNNING = "running"
+PREEMPTING = "preempting"
+
+WHOLE_GPU_MILLI = 1000
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A cluster's scheduling policy (FORMATS.md cluster spec), in seconds."""
+
+    tick: float = 5
+    window: float = 7 * 86400
+    max_min_runtime: float = 8 * 3600
+    grace_period: float = 60
+    unallocated_grace: float = 10
+    fast_lane_gpus: int = 0
+    fast_lane_max_min_runtime: float = 15 * 60
+    heartbeat_timeout: float = 90
+    # Defragmentation: at most this many migrations in any rolling hour.
+    defrag_max_migrations_per_hour: int = 4
+    # How many pending jobs may hold a reservation at once (rule 5).
+    max_reservations: int = 1
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    domain: str
+    gpu_type: str
+    # Ids ("<host>:<index>") of the GPUs that are healthy and schedulable.
+    gpus: tuple[str, ...]
+    state: str = UP
+    # 0 means "not constrained".
+    cpus: int = 0
+    memory_gib: int = 0
+    # Part of the cluster's fast lane (rule 6).
+    fast_lane: bool = False
+
+
+@dataclass(frozen=True)
+class Domain:
+    """An NVLink domain: a GB200 NVL72 rack, or one HGX server."""
+
+    name: str
+    hosts: tuple[str, ...]
+    block: str | None = None
+    kind: str = ""
+
+
+@dataclass(frozen=True)
+class Topology:
+    domains: tuple[Domain, ...]
+    hosts: tuple[Host, ...]
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A node of the org tree as seen from one cluster.
+
+    `share` is the percent of the parent's share on this cluster (None: no
+    allocation here). Usage counts only intervals that have *ended* inside the
+    window; the core adds running jobs up to `now` itself.
+    """
+
+    name: str
+    parent: str | None
+    share: float | None
+    allocated_usage: float = 0.0  # GPU-seconds, charged
+    unallocated_usage: float = 0.0  # GPU-seconds, free
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    id: str
+    project: str
+    gpus: int
+    min_runtime: float
+    resumable: bool
+    submit_time: float
+    # Stable tie-breaker after priority and submit time (database id, trace row).
+    seq: int
+    user: str = ""
+    gpus_per_host: int | None = None
+    gpu_milli: int = WHOLE_GPU_MILLI
+    # Allowed GPU types; empty = any.
+    gpu_types: frozenset[str] = frozenset()
+    topology: str = ANY
+    max_runtime: float | None = None
+    priority: int = PRIORITY_NORMAL
+    cpus: int = 0
+    memory_gib: int = 0
+    # GPUs this job preempted and that stay reserved for it during the
+    # victims' grace period (rule 4).
+    earmarked_gpus: tuple[str, ...] = ()
+
+    @property
+    def allocated(self) -> bool:
+        return self.min_runtime > 0
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    id: str
+    project: str
+    gpu_ids: tuple[str, ...]
+    start_time: float
+    min_runtime: float
+    resumable: bool
+    submit_time: float
+    seq: int
+    user: str = ""
+    gpu_milli: int = WHOLE_GPU_MILLI
+    topology: str = ANY
+    max_runtime: float | None = None
+    priority: int = PRIORITY_NORMAL
+    cpus: int = 0
+    memory_gib: int = 0
+    # Time of the last checkpoint the job reported (None: none, work since
+    # start would be lost).
+    last_checkpoint: float | None = None
+    state: str = RUNNING
+    # Set while PREEMPTING: who it makes room for, and when SIGKILL falls.
+    preempted_for: str | None = None
+    grace_ends: float | None = None
+
+    @property
+    def allocated(self) -> bool:
+        return self.min_runtime > 0
+
+    @property
+    def protected_until(self) -> float:
+        return self.start_time + self.min_runtime
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    topology: Topology
+    units: tuple[Unit, ...]
+    running: tuple[RunningJob, ...]
+    pending: tuple[PendingJob, ...]
+    # Start times of defrag migrations in the last hour (for the hourly cap).
+    recent_defrag_migrations: tuple[float, ...] = ()
+
+
+# ---------------------------------------------------------------- decisions
+
+
+@dataclass(frozen=True)
+class Start:
+    job_id: str
+    gpu_ids: tuple[str, ...]
+    gpu_milli: int = WHOLE_GPU_MILLI
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Preemption:
+    """Stop a running job.
+
+    `cause` is machine-readable, as in events.csv: `job:<id>`, `drain:<host>`,
+    `down:<host>`, `defrag`, `max_runtime`. `grace` is the seconds between
+    SIGTERM and SIGKILL (0 for a host that is down). `requeue` says whether
+    the job goes back to pending (resumable and not stopped for its own
+    limit) or ends.
+    """
+
+    job_id: str
+    cause: str
+    reason: str
+    grace: float
+    requeue: bool
+    preemptor: str | None = None
+
+
+@dataclass(frozen=True)
+class Reservation:
+    job_id: str
+    domain: str
+    hosts: tuple[str, ...]
+    expected_start: float
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class PendingStatus:
+    """Why a pending job waits, where it stands, when it may start."""
+
+    job_id: str
+    reason: str
+    # 1-based position in the cluster's fair-share order this tick.
+    position: int
+    estimated_start: float | None = None
+
+
+@dataclass(frozen=True)
+class HostChange:
+    host: str
+    state: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decisions:
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    reservations: tuple[Reservation, ...] = ()
+    # One entry for every pending job that is not started this tick.
+    pending: dict[str, PendingStatus] = field(default_factory=dict)
+    host_changes: tuple[HostChange, ...] = ()
+    # Per-unit usage ratios the order was computed from (for queue pages).
+    unit_ratios: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,44 @@
+"""Small builders for tests: jobs that hold real GPUs through the real constraints."""
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from budgets.models import Unit
+from scheduler.choices import JobState
+from scheduler.models import GpuAssignment, Job, JobEvent
+from topology.models import Cluster, Gpu
+
+
+def make_job(
+    *, cluster="gb200-east", project="olmo", user="alice", gpus=1, min_runtime=3600, resumable=True,
+    state=None, on_hosts=(), gpu_ids=(), milli=1000, started=None, **fields,
+):
+    """A job, running on the first free GPUs of `on_hosts` (or exactly `gpu_ids`) when given."""
+    user_obj, _ = get_user_model().objects.get_or_create(username=user)
+    job = Job.objects.create(
+        cluster=Cluster.objects.get(name=cluster), project=Unit.objects.get(name=project), user=user_obj,
+        gpus=gpus, min_runtime=min_runtime, resumable=resumable, gpu_milli=milli, command="python train.py",
+        **fields,
+    )
+    JobEvent.objects.create(job=job, kind="submit", actor=user)
+    chosen = list(gpu_ids)
+    if on_hosts and not chosen:
+        free = (
+            Gpu.objects.filter(host__name__in=on_hosts, allocated_milli__lte=1000 - milli)
+            .order_by("host__name", "index")
+        )
+        chosen = [gpu.gpu_id for gpu in free.select_related("host")[:gpus]]
+    if chosen:
+        start = started or timezone.now()
+        for gpu_id in chosen:
+            host, index = gpu_id.rsplit(":", 1)
+            gpu = Gpu.objects.get(host__name=host, index=int(index))
+            GpuAssignment.objects.create(job=job, gpu=gpu, milli=milli, assigned_at=start)
+            Gpu.objects.filter(pk=gpu.pk).update(allocated_milli=gpu.allocated_milli + milli)
+        job.state = state or JobState.RUNNING
+        job.started_at = job.run_started_at = start
+        job.save(update_fields=["state", "started_at", "run_started_at"])
+    elif state:
+        job.state = state
+        job.save(update_fields=["state"])
+    return job

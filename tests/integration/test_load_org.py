@@ -1,0 +1,143 @@
+"""load_org: FORMATS.md's org spec, idempotent, every share change in the ledger, bad files refused whole."""
+
+import copy
+from decimal import Decimal
+
+import pytest
+import yaml
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from budgets.choices import ChangeSource, Role
+from budgets.loaders import load_org_file
+from budgets.models import Allocation, AllocationChange, Membership, Unit
+from budgets.permissions import is_oncall
+from tests.conftest import DEMO
+from topology.loaders import load_cluster_file
+
+pytestmark = pytest.mark.django_db
+
+ORG = {
+    "users": [
+        {"username": "alice", "email": "alice@example.org"},
+        {"username": "bob"}, {"username": "carol"}, {"username": "dan"}, {"username": "pat"}, {"username": "lee"},
+        {"username": "olga", "oncall": True, "password": "olga-password"},
+    ],
+    "units": [
+        {"name": "nlp", "managers": ["pat"], "share": {"gb200-east": 60}, "children": [
+            {"name": "olmo", "managers": ["lee"], "members": ["alice", "bob"], "share": {"gb200-east": 70}},
+            {"name": "tulu", "members": ["carol"], "share": {"gb200-east": 30}},
+        ]},
+        {"name": "vision", "share": {"gb200-east": 40}, "members": ["dan"]},
+    ],
+}
+
+
+@pytest.fixture
+def cluster(db):
+    cluster, _ = load_cluster_file(DEMO / "cluster.yaml")
+    return cluster
+
+
+def write(tmp_path, spec, name="org.yaml"):
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_it_loads_units_people_and_shares(tmp_path, cluster):
+    call_command("load_org", str(write(tmp_path, ORG)))
+
+    olmo = Unit.objects.get(name="olmo")
+    assert olmo.parent.name == "nlp" and [u.name for u in olmo.path()] == ["nlp", "olmo"]
+    assert set(Unit.objects.projects().values_list("name", flat=True)) == {"olmo", "tulu", "vision"}
+    assert set(Membership.objects.filter(unit=olmo).values_list("user__username", "role")) == {
+        ("lee", Role.MANAGER), ("alice", Role.MEMBER), ("bob", Role.MEMBER),
+    }
+    assert Allocation.objects.current().get(unit=olmo, cluster=cluster).share_percent == Decimal("70")
+    assert AllocationChange.objects.filter(source=ChangeSource.LOADER).count() == 4
+    olga = get_user_model().objects.get(username="olga")
+    assert is_oncall(olga) and olga.check_password("olga-password")
+    assert not is_oncall(get_user_model().objects.get(username="alice"))
+
+
+def test_loading_the_same_file_twice_changes_nothing(tmp_path, cluster):
+    path = write(tmp_path, ORG)
+    load_org_file(path)
+    assert load_org_file(path) == {"users": 0, "units": 0, "memberships": 0, "allocations": 0}
+    assert AllocationChange.objects.count() == 4
+
+
+def test_a_changed_share_closes_the_old_allocation_and_records_before_and_after(tmp_path, cluster):
+    load_org_file(write(tmp_path, ORG))
+    changed = copy.deepcopy(ORG)
+    changed["units"][0]["children"][0]["share"] = {"gb200-east": 60}
+    changed["units"][0]["children"][1]["share"] = {}  # tulu loses its allocation
+    changed["units"][0]["children"][0]["members"] = ["alice"]
+    load_org_file(write(tmp_path, changed, "changed.yaml"))
+
+    olmo = Unit.objects.get(name="olmo")
+    assert Allocation.objects.current().get(unit=olmo).share_percent == Decimal("60")
+    assert Allocation.objects.filter(unit=olmo).count() == 2  # history kept
+    assert not Allocation.objects.current().filter(unit__name="tulu").exists()
+    change = AllocationChange.objects.filter(unit=olmo).first()
+    assert (change.before_percent, change.after_percent, change.actor) == (Decimal("70"), Decimal("60"), "system:load_org")
+    tulu_change = AllocationChange.objects.filter(unit__name="tulu").first()
+    assert (tulu_change.before_percent, tulu_change.after_percent) == (Decimal("30"), None)
+    assert not Membership.objects.filter(unit=olmo, user__username="bob").exists()
+
+
+def test_the_ledger_is_append_only(tmp_path, cluster):
+    load_org_file(write(tmp_path, ORG))
+    change = AllocationChange.objects.first()
+    change.reason = "rewritten"
+    with pytest.raises(ValueError, match="append-only"):
+        change.save()
+    with pytest.raises(ValueError, match="append-only"):
+        change.delete()
+
+
+def _with(mutate):
+    spec = copy.deepcopy(ORG)
+    mutate(spec)
+    return spec
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        (_with(lambda s: s["units"][0]["children"][1].update(share={"gb200-east": 31})),
+         "units[0] (nlp).children: shares of the children of nlp on gb200-east add up to 101.00 %, over 100 %"),
+        (_with(lambda s: s["units"][1].update(share={"gb200-east": 41})),
+         "units: shares of the top-level units on gb200-east add up to 101.00 %, over 100 %"),
+        (_with(lambda s: s["units"][1].update(share={"gb200-east": 140})),
+         "units[1] (vision).share.gb200-east: 140 must be between 0 and 100"),
+        (_with(lambda s: s["units"][1].update(members=["dan", "zed"])),
+         "units[1] (vision).members: unknown user 'zed'"),
+        (_with(lambda s: s["units"][0]["children"].append({"name": "vision"})),
+         "units[1] (vision).name: unit vision is defined twice (also at units[0] (nlp).children[2] (vision))"),
+        (_with(lambda s: s["units"][1].update(share={"h100-west": 10})),
+         "units[1] (vision).share.h100-west: no such cluster"),
+        (_with(lambda s: s["units"][1].update(share={"gb200-east": "forty"})),
+         "units[1] (vision).share.gb200-east: 'forty' is not a percentage"),
+        (_with(lambda s: s["units"][1].update(name="Vision Team")),
+         "units[1] (Vision Team).name: 'Vision Team' must be a lower-case name"),
+        (_with(lambda s: s["users"].append({"username": "alice"})), "users[7] (alice).username: alice is listed twice"),
+        (_with(lambda s: s["units"][1].update(budget=5)), "units[1] (vision).budget: unknown key"),
+    ],
+)
+def test_a_bad_file_is_refused_whole_with_the_entry_and_field_named(tmp_path, cluster, spec, message):
+    with pytest.raises(CommandError) as refused:
+        call_command("load_org", str(write(tmp_path, spec)))
+    assert message in str(refused.value)
+    assert not Unit.objects.exists() and not AllocationChange.objects.exists()
+    assert not get_user_model().objects.exists()
+
+
+def test_the_demo_loads_and_reloads(cluster):
+    call_command("demo")
+    call_command("demo")
+    assert Unit.objects.projects().count() == 5
+    assert get_user_model().objects.get(username="admin").is_superuser
+    assert is_oncall(get_user_model().objects.get(username="olga"))

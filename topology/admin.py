@@ -1,0 +1,55 @@
+from django.contrib import admin
+
+from topology.models import Block, Cluster, Domain, Gpu, Host, HostEvent
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    list_display = ["name", "executor", "tick_seconds", "window_seconds", "max_min_runtime_seconds", "fast_lane_gpus"]
+    search_fields = ["name"]
+
+
+@admin.register(Block)
+class BlockAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster"]
+    list_filter = ["cluster"]
+
+
+@admin.register(Domain)
+class DomainAdmin(admin.ModelAdmin):
+    list_display = ["name", "cluster", "block", "kind"]
+    list_filter = ["cluster", "kind"]
+    search_fields = ["name"]
+
+
+class GpuInline(admin.TabularInline):
+    model = Gpu
+    extra = 0
+    readonly_fields = ["allocated_milli"]
+
+
+@admin.register(Host)
+class HostAdmin(admin.ModelAdmin):
+    list_display = ["name", "domain", "gpu_type", "gpu_count", "state", "state_reason", "last_heartbeat_at"]
+    list_filter = ["state", "gpu_type", "domain__cluster"]
+    search_fields = ["name"]
+    readonly_fields = ["state", "state_reason", "state_actor", "state_changed_at", "last_heartbeat_at"]
+    inlines = [GpuInline]
+
+
+@admin.register(Gpu)
+class GpuAdmin(admin.ModelAdmin):
+    list_display = ["__str__", "health", "allocated_milli"]
+    list_filter = ["health"]
+    search_fields = ["host__name"]
+    readonly_fields = ["allocated_milli"]
+
+
+@admin.register(HostEvent)
+class HostEventAdmin(admin.ModelAdmin):
+    list_display = ["at", "host", "kind", "detail", "actor"]
+    list_filter = ["kind"]
+    search_fields = ["host__name", "detail"]
+
+    def has_change_permission(self, request, obj=None):
+        return False

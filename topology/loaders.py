@@ -1,0 +1,363 @@
+"""`load_cluster`: the cluster spec of FORMATS.md into the inventory.
+
+A file is checked whole before anything is written; every problem names the
+entry and the field. Loading the same file twice changes nothing; a changed
+file updates the inventory without touching the hosts of running jobs.
+"""
+
+from dataclasses import dataclass, field
+
+import yaml
+from django.db import transaction
+from django.utils.text import slugify
+
+from scheduler.core.durations import parse_duration
+from topology.choices import DomainKind, Executor, GpuHealth, HostState
+from topology.models import Block, Cluster, Domain, Gpu, Host
+
+LOADER_ACTOR = "system:load_cluster"
+UNHEALTHY_REASON = "listed in unhealthy_hosts of the cluster file"
+
+# policy key -> (Cluster field, kind)
+POLICY_FIELDS = {
+    "tick": ("tick_seconds", "duration"),
+    "window": ("window_seconds", "duration"),
+    "max_min_runtime": ("max_min_runtime_seconds", "duration"),
+    "grace_period": ("grace_period_seconds", "duration"),
+    "unallocated_grace": ("unallocated_grace_seconds", "duration"),
+    "fast_lane_gpus": ("fast_lane_gpus", "count"),
+    "fast_lane_max_min_runtime": ("fast_lane_max_min_runtime_seconds", "duration"),
+    "heartbeat_timeout": ("heartbeat_timeout_seconds", "duration"),
+    "executor": ("executor", "executor"),
+}
+DOMAIN_KEYS = {
+    "name", "count", "block", "hosts", "gpus_per_host", "gpu_type",
+    "cpus_per_host", "memory_gib_per_host", "kind",
+}
+MAX_HOSTS_PER_DOMAIN = 1024
+MAX_GPUS_PER_HOST = 64
+
+
+class LoadError(Exception):
+    """A file refused whole; `problems` lists every entry and field at fault."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("; ".join(problems))
+
+
+def read_yaml(path) -> object:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return yaml.safe_load(handle)
+    except OSError as error:
+        raise LoadError([f"{path}: cannot read ({error.strerror})"]) from None
+    except yaml.YAMLError as error:
+        raise LoadError([f"{path}: not valid YAML ({error})"]) from None
+
+
+def _count(value, where: str, problems: list[str], *, minimum: int, maximum: int | None = None) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        problems.append(f"{where}: {value!r} is not a whole number")
+        return None
+    if value < minimum or (maximum is not None and value > maximum):
+        limit = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        problems.append(f"{where}: {value} must be {limit}")
+        return None
+    return value
+
+
+@dataclass
+class HostSpec:
+    name: str
+    position: int
+    gpu_type: str
+    gpu_count: int
+    cpus: int
+    memory_gib: int
+
+
+@dataclass
+class DomainSpec:
+    name: str
+    block: str | None
+    kind: str
+    hosts: list[HostSpec] = field(default_factory=list)
+
+
+@dataclass
+class ClusterSpec:
+    name: str
+    policy: dict
+    domains: list[DomainSpec]
+    unhealthy_hosts: list[str]
+
+    @property
+    def host_names(self) -> set[str]:
+        return {host.name for domain in self.domains for host in domain.hosts}
+
+
+def parse_cluster(data) -> ClusterSpec:
+    """Check a cluster spec; raise LoadError listing every problem."""
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        raise LoadError(["the file must be a mapping with name, policy and domains"])
+    unknown = set(data) - {"name", "policy", "domains", "unhealthy_hosts"}
+    if unknown:
+        problems.append(f"unknown top-level keys: {', '.join(sorted(map(str, unknown)))}")
+
+    name = data.get("name")
+    if not isinstance(name, str) or not name or slugify(name) != name:
+        problems.append(f"name: {name!r} must be a lower-case name of letters, digits and dashes")
+
+    policy = {}
+    raw_policy = data.get("policy") or {}
+    if not isinstance(raw_policy, dict):
+        problems.append("policy: must be a mapping")
+        raw_policy = {}
+    for key, value in raw_policy.items():
+        if key not in POLICY_FIELDS:
+            problems.append(f"policy.{key}: unknown key (known: {', '.join(POLICY_FIELDS)})")
+            continue
+        model_field, kind = POLICY_FIELDS[key]
+        if kind == "duration":
+            try:
+                policy[model_field] = parse_duration(value)
+            except ValueError as error:
+                problems.append(f"policy.{key}: {error}")
+        elif kind == "count":
+            checked = _count(value, f"policy.{key}", problems, minimum=0)
+            if checked is not None:
+                policy[model_field] = checked
+        elif value not in Executor.values:
+            problems.append(f"policy.{key}: {value!r} must be one of {', '.join(Executor.values)}")
+        else:
+            policy[model_field] = value
+    for key in ("tick", "window", "heartbeat_timeout"):
+        field_name = POLICY_FIELDS[key][0]
+        if policy.get(field_name) == 0:
+            problems.append(f"policy.{key}: must be more than 0")
+
+    domains: list[DomainSpec] = []
+    raw_domains = data.get("domains")
+    if not isinstance(raw_domains, list) or not raw_domains:
+        problems.append("domains: must be a non-empty list")
+        raw_domains = []
+    seen_domains: set[str] = set()
+    for number, entry in enumerate(raw_domains):
+        where = f"domains[{number}]"
+        if not isinstance(entry, dict):
+            problems.append(f"{where}: must be a mapping")
+            continue
+        where = f"domains[{number}] ({entry.get('name', '?')})"
+        for key in sorted(set(entry) - DOMAIN_KEYS):
+            problems.append(f"{where}.{key}: unknown key")
+        template = entry.get("name")
+        count = _count(entry.get("count", 1), f"{where}.count", problems, minimum=1, maximum=10000)
+        host_count = _count(entry.get("hosts"), f"{where}.hosts", problems, minimum=1, maximum=MAX_HOSTS_PER_DOMAIN)
+        gpus_per_host = _count(
+            entry.get("gpus_per_host"), f"{where}.gpus_per_host", problems, minimum=0, maximum=MAX_GPUS_PER_HOST
+        )
+        cpus = _count(entry.get("cpus_per_host", 0), f"{where}.cpus_per_host", problems, minimum=0)
+        memory = _count(entry.get("memory_gib_per_host", 0), f"{where}.memory_gib_per_host", problems, minimum=0)
+        gpu_type = entry.get("gpu_type")
+        if not isinstance(gpu_type, str) or not gpu_type.strip() or "|" in gpu_type:
+            problems.append(f"{where}.gpu_type: {gpu_type!r} must be a GPU type name such as GB200 or H100")
+            gpu_type = None
+        block = entry.get("block")
+        if block is not None and (not isinstance(block, str) or slugify(block) != block):
+            problems.append(f"{where}.block: {block!r} must be a lower-case name")
+        kind = entry.get("kind")
+        if kind is not None and kind not in DomainKind.values:
+            problems.append(f"{where}.kind: {kind!r} must be one of {', '.join(DomainKind.values)}")
+        if not isinstance(template, str) or not template:
+            problems.append(f"{where}.name: required")
+            continue
+        if None in (count, host_count, gpus_per_host, cpus, memory, gpu_type):
+            continue
+        if count > 1 and "{" not in template:
+            problems.append(f"{where}.name: {template!r} needs a placeholder such as {{:02d}} when count is {count}")
+            continue
+        if kind is None:
+            if host_count == 18 and gpus_per_host == 4:
+                kind = DomainKind.NVL72
+            elif host_count > 1:
+                kind = DomainKind.RACK
+            else:
+                kind = DomainKind.SERVER
+        for index in range(1, count + 1):
+            try:
+                domain_name = template.format(index) if "{" in template else template
+            except (IndexError, KeyError, ValueError):
+                problems.append(f"{where}.name: {template!r} is not a valid template (use {{:02d}})")
+                break
+            if slugify(domain_name) != domain_name:
+                problems.append(f"{where}.name: {domain_name!r} must be lower-case letters, digits and dashes")
+                break
+            if domain_name in seen_domains:
+                problems.append(f"{where}.name: domain {domain_name} is defined twice")
+                continue
+            seen_domains.add(domain_name)
+            domain = DomainSpec(name=domain_name, block=block, kind=kind)
+            for position in range(1, host_count + 1):
+                domain.hosts.append(
+                    HostSpec(
+                        name=f"{domain_name}-h{position:02d}",
+                        position=position,
+                        gpu_type=gpu_type.strip(),
+                        gpu_count=gpus_per_host,
+                        cpus=cpus,
+                        memory_gib=memory,
+                    )
+                )
+            domains.append(domain)
+
+    unhealthy = data.get("unhealthy_hosts") or []
+    if not isinstance(unhealthy, list):
+        problems.append("unhealthy_hosts: must be a list of host names")
+        unhealthy = []
+    known_hosts = {host.name for domain in domains for host in domain.hosts}
+    for number, host_name in enumerate(unhealthy):
+        if host_name not in known_hosts:
+            problems.append(f"unhealthy_hosts[{number}]: {host_name!r} is not a host of this cluster")
+
+    if problems:
+        raise LoadError(problems)
+    return ClusterSpec(name=name, policy=policy, domains=domains, unhealthy_hosts=list(unhealthy))
+
+
+@transaction.atomic
+def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Cluster, dict]:
+    """Create or update the inventory to match `spec`; returns the cluster and counts of changes."""
+    from scheduler.models import GpuAssignment  # scheduler depends on topology, not the reverse
+
+    changes = {"created": 0, "updated": 0, "removed": 0}
+    defaults = {field_name: model_field.default for field_name, model_field in _policy_model_fields().items()}
+    defaults.update(spec.policy)
+    cluster, created = Cluster.objects.get_or_create(name=spec.name, defaults=defaults)
+    if created:
+        changes["created"] += 1
+    else:
+        dirty = [name for name, value in defaults.items() if getattr(cluster, name) != value]
+        for name in dirty:
+            setattr(cluster, name, defaults[name])
+        if dirty:
+            cluster.save(update_fields=[*dirty, "updated_at"])
+            changes["updated"] += 1
+
+    # Hosts and domains that belong to another cluster cannot be taken over silently.
+    foreign = Host.objects.filter(name__in=spec.host_names).exclude(domain__cluster=cluster)
+    clashes = [f"host {name} already belongs to another cluster" for name in foreign.values_list("name", flat=True)]
+    if clashes:
+        raise LoadError(clashes)
+
+    live_gpu_ids = set(
+        GpuAssignment.objects.filter(released_at__isnull=True, gpu__host__domain__cluster=cluster)
+        .values_list("gpu_id", flat=True)
+    )
+    blocks = {block.name: block for block in cluster.blocks.all()}
+    for block_name in sorted({d.block for d in spec.domains if d.block} - set(blocks)):
+        blocks[block_name] = Block.objects.create(cluster=cluster, name=block_name)
+        changes["created"] += 1
+
+    domains = {domain.name: domain for domain in cluster.domains.all()}
+    hosts = {host.name: host for host in Host.objects.filter(domain__cluster=cluster).select_related("domain")}
+    gpus_by_host: dict[int, list[Gpu]] = {}
+    for gpu in Gpu.objects.filter(host__domain__cluster=cluster).order_by("index"):
+        gpus_by_host.setdefault(gpu.host_id, []).append(gpu)
+
+    problems = []
+    for domain_spec in spec.domains:
+        block = blocks.get(domain_spec.block) if domain_spec.block else None
+        domain = domains.get(domain_spec.name)
+        if domain is None:
+            domain = Domain.objects.create(cluster=cluster, name=domain_spec.name, block=block, kind=domain_spec.kind)
+            changes["created"] += 1
+        elif (domain.block_id, domain.kind) != (block.pk if block else None, domain_spec.kind):
+            domain.block, domain.kind = block, domain_spec.kind
+            domain.save(update_fields=["block", "kind"])
+            changes["updated"] += 1
+        for host_spec in domain_spec.hosts:
+            host = hosts.get(host_spec.name)
+            wanted = {
+                "domain_id": domain.pk, "position": host_spec.position, "gpu_type": host_spec.gpu_type,
+                "gpu_count": host_spec.gpu_count, "cpus": host_spec.cpus, "memory_gib": host_spec.memory_gib,
+            }
+            if host is None:
+                host = Host.objects.create(name=host_spec.name, **wanted)
+                changes["created"] += 1
+            else:
+                dirty = [key for key, value in wanted.items() if getattr(host, key) != value]
+                if dirty:
+                    if any(gpu.pk in live_gpu_ids for gpu in gpus_by_host.get(host.pk, [])):
+                        problems.append(f"host {host.name} runs jobs; its spec cannot change until it is drained")
+                        continue
+                    for key in dirty:
+                        setattr(host, key, wanted[key])
+                    host.save(update_fields=dirty)
+                    changes["updated"] += 1
+            existing = gpus_by_host.get(host.pk, [])
+            have = {gpu.index for gpu in existing}
+            missing = [Gpu(host=host, index=index) for index in range(host_spec.gpu_count) if index not in have]
+            if missing:
+                Gpu.objects.bulk_create(missing)
+                changes["created"] += len(missing)
+            extra = [
+                gpu for gpu in existing if gpu.index >= host_spec.gpu_count and gpu.health == GpuHealth.OK
+            ]
+            if any(gpu.pk in live_gpu_ids for gpu in extra):
+                problems.append(f"host {host.name}: GPUs in use cannot be removed")
+            elif extra:
+                _retire_gpus(extra)
+                changes["removed"] += len(extra)
+            _apply_health(host, host_spec.name in spec.unhealthy_hosts, actor, changes)
+
+    for name, host in hosts.items():
+        if name in spec.host_names:
+            continue
+        host_gpus = gpus_by_host.get(host.pk, [])
+        if any(gpu.pk in live_gpu_ids for gpu in host_gpus):
+            problems.append(f"host {name} is no longer in the file but runs jobs; drain it first")
+        elif GpuAssignment.objects.filter(gpu__host=host).exists():
+            if host.state != HostState.DOWN:
+                host.set_state(HostState.DOWN, actor=actor, reason="removed from the cluster file")
+                changes["updated"] += 1
+        else:
+            host.delete()
+            changes["removed"] += 1
+    for name, domain in domains.items():
+        if name not in {d.name for d in spec.domains} and not domain.hosts.exists():
+            domain.delete()
+            changes["removed"] += 1
+    if problems:
+        raise LoadError(problems)
+    return cluster, changes
+
+
+def _policy_model_fields():
+    return {field_name: Cluster._meta.get_field(field_name) for field_name, _ in POLICY_FIELDS.values()}
+
+
+def _retire_gpus(gpus: list[Gpu]) -> None:
+    from scheduler.models import GpuAssignment
+
+    with_history = set(GpuAssignment.objects.filter(gpu__in=gpus).values_list("gpu_id", flat=True))
+    for gpu in gpus:
+        if gpu.pk in with_history:
+            gpu.health = GpuHealth.FAILED
+            gpu.save(update_fields=["health"])
+        else:
+            gpu.delete()
+
+
+def _apply_health(host: Host, unhealthy: bool, actor: str, changes: dict) -> None:
+    if unhealthy and host.state == HostState.UP:
+        host.set_state(HostState.DOWN, actor=actor, reason=UNHEALTHY_REASON)
+        changes["updated"] += 1
+    elif not unhealthy and host.state == HostState.DOWN and host.state_reason == UNHEALTHY_REASON:
+        host.set_state(HostState.UP, actor=actor, reason="no longer listed in unhealthy_hosts")
+        changes["updated"] += 1
+
+
+def load_cluster_file(path, *, actor: str = LOADER_ACTOR) -> tuple[Cluster, dict]:
+    return apply_cluster(parse_cluster(read_yaml(path)), actor=actor)

@@ -1,0 +1,212 @@
+from django.db import models
+from django.db.models import Count, Q, Sum
+from django.utils import timezone
+
+from scheduler.core import model as core
+from topology.choices import DomainKind, Executor, GpuHealth, HostState
+
+SCHEDULABLE_STATES = (HostState.UP,)
+# Hosts whose GPUs count as healthy capacity: up, or still running work while draining.
+HEALTHY_STATES = (HostState.UP, HostState.DRAINING)
+
+
+class Cluster(models.Model):
+    """A pool of hosts scheduled together, with its scheduling policy."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    tick_seconds = models.PositiveIntegerField(default=5)
+    window_seconds = models.PositiveIntegerField(default=7 * 86400)
+    max_min_runtime_seconds = models.PositiveIntegerField(default=8 * 3600)
+    grace_period_seconds = models.PositiveIntegerField(default=60)
+    unallocated_grace_seconds = models.PositiveIntegerField(default=10)
+    fast_lane_gpus = models.PositiveIntegerField(default=0)
+    fast_lane_max_min_runtime_seconds = models.PositiveIntegerField(default=15 * 60)
+    heartbeat_timeout_seconds = models.PositiveIntegerField(default=90)
+    executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.AGENT)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def scheduling_policy(self) -> core.Policy:
+        return core.Policy(
+            tick=self.tick_seconds,
+            window=self.window_seconds,
+            max_min_runtime=self.max_min_runtime_seconds,
+            grace_period=self.grace_period_seconds,
+            unallocated_grace=self.unallocated_grace_seconds,
+            fast_lane_gpus=self.fast_lane_gpus,
+            fast_lane_max_min_runtime=self.fast_lane_max_min_runtime_seconds,
+            heartbeat_timeout=self.heartbeat_timeout_seconds,
+        )
+
+    def gpu_counts(self) -> dict:
+        """Total and healthy GPUs (on hosts that can take work), in two queries."""
+        gpus = Gpu.objects.filter(host__domain__cluster=self)
+        total = gpus.count()
+        healthy = gpus.filter(health=GpuHealth.OK, host__state__in=HEALTHY_STATES).count()
+        return {"total": total, "healthy": healthy}
+
+    def largest_healthy_domain(self) -> int:
+        """GPUs in the largest domain counting only healthy GPUs on schedulable hosts."""
+        best = (
+            Domain.objects.filter(cluster=self)
+            .annotate(
+                healthy=Count(
+                    "hosts__gpus",
+                    filter=Q(hosts__gpus__health=GpuHealth.OK, hosts__state__in=HEALTHY_STATES),
+                )
+            )
+            .order_by("-healthy")
+            .values_list("healthy", flat=True)
+            .first()
+        )
+        return best or 0
+
+    def largest_domain_capacity(self) -> int:
+        """GPUs the largest domain could ever hold, all hosts healthy."""
+        best = (
+            Domain.objects.filter(cluster=self)
+            .annotate(capacity=Sum("hosts__gpu_count"))
+            .order_by("-capacity")
+            .values_list("capacity", flat=True)
+            .first()
+        )
+        return best or 0
+
+
+class Block(models.Model):
+    """Network locality above NVLink (a spine, a pod)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="blocks")
+    name = models.SlugField(max_length=64)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="%(app_label)s_%(class)s_unique_name"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Domain(models.Model):
+    """An NVLink domain: a GB200 NVL72 rack (18 trays x 4 GPUs) or one HGX server."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="domains")
+    block = models.ForeignKey(Block, null=True, blank=True, on_delete=models.SET_NULL, related_name="domains")
+    name = models.SlugField(max_length=64, unique=True)
+    kind = models.CharField(max_length=16, choices=DomainKind.choices, default=DomainKind.SERVER)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def is_rack(self) -> bool:
+        return self.kind in (DomainKind.NVL72, DomainKind.RACK)
+
+
+class Host(models.Model):
+    """A machine (an NVL72 compute tray, an HGX server) and its service state."""
+
+    domain = models.ForeignKey(Domain, on_delete=models.CASCADE, related_name="hosts")
+    name = models.SlugField(max_length=96, unique=True)
+    position = models.PositiveIntegerField(help_text="Tray or slot number inside the domain, from 1.")
+    gpu_type = models.CharField(max_length=32)
+    gpu_count = models.PositiveIntegerField()
+    cpus = models.PositiveIntegerField(default=0, help_text="0: not constrained")
+    memory_gib = models.PositiveIntegerField(default=0, help_text="0: not constrained")
+    fast_lane = models.BooleanField(default=False)
+    state = models.CharField(max_length=16, choices=HostState.choices, default=HostState.UP)
+    state_reason = models.CharField(max_length=500, blank=True)
+    state_actor = models.CharField(max_length=150, blank=True)
+    state_changed_at = models.DateTimeField(default=timezone.now)
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["domain__name", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["domain", "position"], name="%(app_label)s_%(class)s_unique_position"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def cluster(self) -> Cluster:
+        return self.domain.cluster
+
+    @property
+    def schedulable(self) -> bool:
+        return self.state in SCHEDULABLE_STATES
+
+    def set_state(self, state: str, *, actor: str, reason: str, at=None) -> "HostEvent":
+        """Change state, keeping who, why and when on the host and in its history."""
+        at = at or timezone.now()
+        before = self.state
+        self.state = state
+        self.state_reason = reason
+        self.state_actor = actor
+        self.state_changed_at = at
+        self.save(update_fields=["state", "state_reason", "state_actor", "state_changed_at"])
+        return HostEvent.objects.create(
+            host=self, at=at, kind=HostEvent.Kind.STATE, actor=actor,
+            detail=f"{before} → {state}: {reason}",
+        )
+
+
+class Gpu(models.Model):
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveIntegerField()
+    health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.OK)
+    # Milli-GPUs held by live jobs; kept by the scheduler's writer in the same
+    # transaction as the assignments, so the database refuses an overcommit.
+    allocated_milli = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["host__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["host", "index"], name="%(app_label)s_%(class)s_unique_index"),
+            models.CheckConstraint(
+                condition=Q(allocated_milli__gte=0) & Q(allocated_milli__lte=1000),
+                name="%(app_label)s_%(class)s_no_overcommit",
+            ),
+        ]
+
+    def __str__(self):
+        return self.gpu_id
+
+    @property
+    def gpu_id(self) -> str:
+        return f"{self.host.name}:{self.index}"
+
+
+class HostEvent(models.Model):
+    """What happened to a host: state changes, health events, heartbeats lost."""
+
+    class Kind(models.TextChoices):
+        STATE = "state", "state change"
+        XID = "xid", "XID error"
+        GPU_MISSING = "gpu_missing", "GPUs missing"
+        HEARTBEAT_LOST = "heartbeat_lost", "heartbeat lost"
+        INVENTORY = "inventory", "inventory change"
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(default=timezone.now, db_index=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    detail = models.CharField(max_length=1000)
+    actor = models.CharField(max_length=150)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+
+    def __str__(self):
+        return f"{self.host} {self.kind} {self.at:%Y-%m-%d %H:%M}"

@@ -1,0 +1,11 @@
+from django.urls import path
+
+from topology import views
+
+urlpatterns = [
+    path("", views.cluster_list, name="home"),
+    path("clusters/", views.cluster_list, name="cluster-list"),
+    path("clusters/<slug:name>/", views.cluster_detail, name="cluster-detail"),
+    path("clusters/<slug:name>/domains/<slug:domain>/", views.domain_detail, name="domain-detail"),
+    path("hosts/<slug:name>/", views.host_detail, name="host-detail"),
+]
