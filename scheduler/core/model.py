@@ -153,6 +153,8 @@ class RunningJob:
     # Set while PREEMPTING: who it makes room for, and when SIGKILL falls.
     preempted_for: str | None = None
     grace_ends: float | None = None
+    # CPU-only jobs (no GPUs): the host holding their CPUs and memory.
+    host: str = ""
 
     @property
     def allocated(self) -> bool:
@@ -182,6 +184,8 @@ class Start:
     gpu_ids: tuple[str, ...]
     gpu_milli: int = WHOLE_GPU_MILLI
     reason: str = ""
+    # CPU-only jobs (no GPUs): the host to run on.
+    host: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,100 @@
+"""How long one scheduler tick takes (DESIGN §6 "tick at scale": 16k GPUs, 20k pending, ≤ 0.25 s).
+
+    .venv/bin/python bench/tick_bench.py [--runs N] [--seed S] [--sizes 1024,4096,16384] [--json]
+
+For each cluster size it builds a seeded synthetic snapshot (bench/synthetic.py),
+lets it settle into the state a live cluster holds between ticks, and times
+`scheduler.core.schedule` and the FIFO first-fit baseline on that same
+snapshot: the median CPU time (time.process_time, garbage collector on) of
+N runs each. The *cold* column times the first tick on the raw synthetic
+state, which has to rebalance it (hundreds of preemptions): a worst case.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.synthetic import settle, synthetic_snapshot  # noqa: E402
+from scheduler.core import schedule  # noqa: E402
+from scheduler.core.baselines import fifo_first_fit  # noqa: E402
+
+TARGET_SECONDS = 0.25  # at 16,384 GPUs
+
+
+def cpu_seconds(function, snapshot, now, policy, runs: int):
+    times = []
+    decisions = None
+    for _ in range(runs):
+        started = time.process_time()
+        decisions = function(snapshot, now=now, policy=policy)
+        times.append(time.process_time() - started)
+    return statistics.median(times), decisions
+
+
+def measure(gpus: int, *, seed: int, runs: int) -> dict:
+    raw, now, policy = synthetic_snapshot(gpus, seed)
+    cold_time, cold = cpu_seconds(schedule, raw, now, policy, max(1, runs // 2))
+    cold_preemptions = len(cold.preemptions)
+    snapshot, now = settle(raw, now, policy)
+    # Time the tick with only its snapshot alive, as a live tick would: the
+    # garbage collector's passes cost in proportion to every object alive.
+    del raw, cold
+    gc.collect()
+    allot_time, decisions = cpu_seconds(schedule, snapshot, now, policy, runs)
+    fifo_time, fifo = cpu_seconds(fifo_first_fit, snapshot, now, policy, runs)
+    return {
+        "gpus": sum(len(h.gpus) for h in snapshot.topology.hosts),
+        "pending": len(snapshot.pending),
+        "running": len(snapshot.running),
+        "tick_seconds": round(allot_time, 4),
+        "starts": len(decisions.starts),
+        "preemptions": len(decisions.preemptions),
+        "reservations": len(decisions.reservations),
+        "fifo_seconds": round(fifo_time, 4),
+        "fifo_starts": len(fifo.starts),
+        "ratio_to_fifo": round(allot_time / fifo_time, 1) if fifo_time else None,
+        "cold_tick_seconds": round(cold_time, 4),
+        "cold_preemptions": cold_preemptions,
+    }
+
+
+COLUMNS = (
+    ("GPUs", "gpus"), ("pending", "pending"), ("running", "running"), ("tick s", "tick_seconds"),
+    ("starts", "starts"), ("preempt", "preemptions"), ("FIFO s", "fifo_seconds"), ("FIFO starts", "fifo_starts"),
+    ("× FIFO", "ratio_to_fifo"), ("cold tick s", "cold_tick_seconds"), ("cold preempt", "cold_preemptions"),
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--sizes", default="1024,4096,16384")
+    parser.add_argument("--json", action="store_true", help="print machine-readable results")
+    args = parser.parse_args(argv)
+    rows = []
+    for size in args.sizes.split(","):
+        rows.append(measure(int(size), seed=args.seed, runs=args.runs))
+        gc.collect()
+    if args.json:
+        print(json.dumps({"target_seconds_at_16k": TARGET_SECONDS, "runs": args.runs, "results": rows}, indent=2))
+        return 0
+    widths = [max(len(title), *(len(str(row[key])) for row in rows)) for title, key in COLUMNS]
+    print("  ".join(title.rjust(w) for (title, _), w in zip(COLUMNS, widths, strict=True)))
+    for row in rows:
+        print("  ".join(str(row[key]).rjust(w) for (_, key), w in zip(COLUMNS, widths, strict=True)))
+    print(f"median CPU seconds of {args.runs} runs (time.process_time); target ≤ {TARGET_SECONDS} s at 16k GPUs; "
+          f"cold = first tick on the unsettled synthetic state")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,439 @@
+"""The tick's working copy of free capacity: an in-memory statement.
+
+`Capacity` is built once from the snapshot; the engine allocates on it as it
+decides, so later jobs see earlier decisions, and a trial (defragmentation)
+can take a checkpoint and roll back. Nothing here is written back anywhere.
+
+Free capacity is indexed so that "does anything fit" is a lookup:
+
+- hosts are grouped into *pools* (GPU type × fast lane) because a gang never
+  mixes GPU types and the fast lane is a separate partition (rule 6);
+- inside a pool, the schedulable hosts of one NVLink domain form a `Group`;
+- each pool keeps its groups in sorted lists by free GPUs (partly used and
+  entirely free ones apart, so best fit never breaks an empty domain while a
+  used one fits) and by the free count of their hosts (for host best fit),
+  plus its GPUs shared by fractions sorted by free milli-GPU.
+
+Only hosts in state `up` are schedulable: capacity, entitlement and placement
+all count them alone (cordoned, draining, drained and down hosts take nothing).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from dataclasses import dataclass, field
+from operator import attrgetter
+from typing import NamedTuple
+
+from .model import UP, WHOLE_GPU_MILLI, PendingJob, RunningJob, Topology
+
+
+def per_host_share(total: int, gpus_here: int, gpus: int) -> int:
+    """CPUs or memory a job needs on a host holding `gpus_here` of its `gpus`.
+
+    A job's CPUs and memory are split across its hosts in proportion to the
+    GPUs on each (evenly for regular shapes), rounded up.
+    """
+    if total <= 0:
+        return 0
+    if gpus <= 0:
+        return total
+    return -(-total * gpus_here // gpus)
+
+
+def running_job_hosts(job: RunningJob, gpu_host: dict[str, str]) -> dict[str, list[str]]:
+    """The job's GPUs by host name, hosts in name order (CPU-only jobs: its host)."""
+    by_host: dict[str, list[str]] = {}
+    for gpu in job.gpu_ids:
+        host = gpu_host.get(gpu) or gpu.rsplit(":", 1)[0]
+        gpu_ids = by_host.get(host)
+        if gpu_ids is None:
+            by_host[host] = [gpu]
+        else:
+            gpu_ids.append(gpu)
+    if not job.gpu_ids and job.host:
+        by_host[job.host] = []
+    return by_host if len(by_host) < 2 else dict(sorted(by_host.items()))
+
+
+class Release(NamedTuple):
+    """Capacity a job would give back on one host."""
+
+    gpus: int = 0
+    cpus: int = 0
+    memory_gib: int = 0
+
+    def __add__(self, other: Release) -> Release:  # type: ignore[override]
+        return Release(self.gpus + other.gpus, self.cpus + other.cpus, self.memory_gib + other.memory_gib)
+
+    def __sub__(self, other: Release) -> Release:
+        return Release(self.gpus - other.gpus, self.cpus - other.cpus, self.memory_gib - other.memory_gib)
+
+
+NOTHING = Release()
+
+
+@dataclass(eq=False, slots=True)
+class HostState:
+    """One host's remaining capacity, as the tick has allocated it so far."""
+
+    name: str
+    domain: str
+    gpu_type: str
+    fast_lane: bool
+    state: str
+    gpu_count: int
+    # Whole GPUs that are free and not earmarked, in the topology's order.
+    free: list[str]
+    # None: not constrained.
+    cpus_free: int | None
+    memory_free: int | None
+    # GPUs shared by fractions -> milli-GPU in use (1..1000).
+    milli_used: dict[str, int] = field(default_factory=dict)
+    # Pending job id -> its free earmarked GPUs here (rule 4).
+    earmarked: dict[str, list[str]] = field(default_factory=dict)
+    # Running jobs holding GPUs (or, CPU-only, CPUs) here, any state; and pending
+    # jobs holding earmarked GPUs here, as if started at the tick.
+    jobs: list[RunningJob] = field(default_factory=list)
+    # None when the host takes no new jobs.
+    group: Group | None = None
+    # Rule 5: allocated jobs protected beyond this time may not start here.
+    reserved_until: float | None = None
+    reserved_for: str | None = None
+
+    @property
+    def schedulable(self) -> bool:
+        return self.group is not None
+
+
+@dataclass(eq=False, slots=True)
+class Group:
+    """The schedulable hosts of one NVLink domain inside one pool."""
+
+    domain: str
+    pool: Pool
+    hosts: list[HostState]
+    capacity: int
+    free: int = 0
+    # Free whole GPUs on a host (> 0) -> those hosts, by name.
+    hosts_by_free: dict[int, list[HostState]] = field(default_factory=dict)
+    # The entries this group has in its pool's indexes (to remove them).
+    indexed_as: tuple[bool, int, tuple[int, ...]] | None = None
+
+    @property
+    def empty(self) -> bool:
+        return self.free == self.capacity
+
+
+def _remove(entries: list, entry) -> None:
+    del entries[bisect_left(entries, entry)]
+
+
+@dataclass(eq=False)
+class Pool:
+    """The schedulable hosts of one GPU type on one side of the fast lane."""
+
+    gpu_type: str
+    fast_lane: bool
+    groups: dict[str, Group] = field(default_factory=dict)
+    largest_host: int = 0
+    largest_group: int = 0
+    free: int = 0
+    # (free, domain) of groups with free GPUs, partly used or entirely free.
+    used: list[tuple[int, str]] = field(default_factory=list)
+    empty: list[tuple[int, str]] = field(default_factory=list)
+    # Host free count -> (group free, domain) of groups having such a host.
+    used_by_host_free: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    empty_by_host_free: dict[int, list[tuple[int, str]]] = field(default_factory=dict)
+    # (free milli, host, gpu) of GPUs shared by fractions that have room.
+    shared: list[tuple[int, str, str]] = field(default_factory=list)
+
+    def index(self, group: Group) -> None:
+        key = (group.free, group.domain)
+        counts = tuple(sorted(group.hosts_by_free))
+        empty = group.empty
+        if group.free > 0:
+            insort(self.empty if empty else self.used, key)
+            by_host_free = self.empty_by_host_free if empty else self.used_by_host_free
+            for count in counts:
+                insort(by_host_free.setdefault(count, []), key)
+        group.indexed_as = (empty, group.free, counts)
+
+    def unindex(self, group: Group) -> None:
+        empty, free, counts = group.indexed_as
+        key = (free, group.domain)
+        if free > 0:
+            _remove(self.empty if empty else self.used, key)
+            by_host_free = self.empty_by_host_free if empty else self.used_by_host_free
+            for count in counts:
+                _remove(by_host_free[count], key)
+        group.indexed_as = None
+
+    @property
+    def largest_free_group(self) -> int:
+        return max(self.used[-1][0] if self.used else 0, self.empty[-1][0] if self.empty else 0)
+
+    @property
+    def largest_free_host(self) -> int:
+        counts = [c for c, e in self.used_by_host_free.items() if e]
+        counts += [c for c, e in self.empty_by_host_free.items() if e]
+        return max(counts, default=0)
+
+
+class Capacity:
+    """Free capacity of the cluster, updated as the tick decides."""
+
+    def __init__(self, topology: Topology, running: tuple[RunningJob, ...], pending: tuple[PendingJob, ...],
+                 now: float):
+        self.hosts: dict[str, HostState] = {}
+        self.gpu_host: dict[str, str] = {}
+        self.pools: dict[tuple[str, bool], Pool] = {}
+        # (fast-lane sides, GPU types) -> the pools a job asking that may use (placement.pools_in).
+        self.pool_choices: dict[tuple, list[list[Pool]]] = {}
+        self.domain_of: dict[str, str] = {}
+        self._undo: list[tuple] | None = None
+        # Running job id -> (host, its GPUs there) for every known host it holds.
+        self.held: dict[str, list[tuple[HostState, int]]] = {}
+        for host in sorted(topology.hosts, key=attrgetter("name")):
+            self.hosts[host.name] = HostState(
+                host.name, host.domain, host.gpu_type, host.fast_lane, host.state, len(host.gpus), list(host.gpus),
+                host.cpus or None, host.memory_gib or None,
+            )
+            for gpu in host.gpus:
+                self.gpu_host[gpu] = host.name
+        self.gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_host)}
+        for domain in topology.domains:
+            for name in domain.hosts:
+                self.domain_of[name] = domain.name
+        self._hold_running(running)
+        self._hold_earmarks(pending, now)
+        self._build_pools()
+
+    # ------------------------------------------------------------ building
+
+    def _hold_running(self, running: tuple[RunningJob, ...]) -> None:
+        held_whole: set[str] = set()
+        for job in sorted(running, key=attrgetter("seq", "id")):
+            gpus = len(job.gpu_ids)
+            shared = gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+            held = self.held[job.id] = []
+            for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
+                host = self.hosts.get(name)
+                if host is None:
+                    continue
+                held.append((host, len(gpu_ids)))
+                host.jobs.append(job)
+                if job.cpus and host.cpus_free is not None:
+                    host.cpus_free -= per_host_share(job.cpus, len(gpu_ids), gpus)
+                if job.memory_gib and host.memory_free is not None:
+                    host.memory_free -= per_host_share(job.memory_gib, len(gpu_ids), gpus)
+                if shared:
+                    gpu = gpu_ids[0]
+                    host.milli_used[gpu] = host.milli_used.get(gpu, 0) + job.gpu_milli
+                else:
+                    held_whole.update(gpu_ids)
+        for host in self.hosts.values():
+            if host.jobs:
+                host.free = [g for g in host.free if g not in held_whole and g not in host.milli_used]
+
+    def _hold_earmarks(self, pending: tuple[PendingJob, ...], now: float) -> None:
+        """Free GPUs earmarked for a pending job are its own (rule 4).
+
+        A GPU earmarked twice goes to the job first in submission order. On
+        hosts that take jobs, the owner counts as running there from now, so
+        that reservations see when those GPUs could come back.
+        """
+        owners = [job for job in pending if job.earmarked_gpus]
+        for job in sorted(owners, key=lambda j: (j.submit_time, j.seq, j.id)):
+            held: list[str] = []
+            for gpu in job.earmarked_gpus:
+                host = self.hosts.get(self.gpu_host.get(gpu, ""))
+                if host is not None and gpu in host.free:
+                    host.free.remove(gpu)
+                    host.earmarked.setdefault(job.id, []).append(gpu)
+                    if host.state == UP:
+                        held.append(gpu)
+            if held:
+                as_running = RunningJob(job.id, job.project, tuple(held), now, job.min_runtime, job.resumable,
+                                        job.submit_time, job.seq, max_runtime=job.max_runtime)
+                for host, _ in self._hosts_of(as_running):
+                    host.jobs.append(as_running)
+
+    def _build_pools(self) -> None:
+        members: dict[tuple[str, bool, str], list[HostState]] = {}
+        for host in self.hosts.values():
+            if host.state == UP and host.gpu_count > 0:
+                domain = self.domain_of.get(host.name, host.domain)
+                members.setdefault((host.gpu_type, host.fast_lane, domain), []).append(host)
+        for (gpu_type, fast_lane, domain), hosts in sorted(members.items()):
+            pool = self.pools.get((gpu_type, fast_lane))
+            if pool is None:
+                pool = self.pools[(gpu_type, fast_lane)] = Pool(gpu_type, fast_lane)
+            group = Group(domain=domain, pool=pool, hosts=hosts, capacity=sum(h.gpu_count for h in hosts))
+            for host in hosts:
+                host.group = group
+                group.free += len(host.free)
+                if host.free:
+                    group.hosts_by_free.setdefault(len(host.free), []).append(host)
+                pool.largest_host = max(pool.largest_host, host.gpu_count)
+                for gpu, used in host.milli_used.items():
+                    if used < WHOLE_GPU_MILLI:
+                        insort(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+            pool.groups[domain] = group
+            pool.free += group.free
+            pool.largest_group = max(pool.largest_group, group.capacity)
+            pool.index(group)
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def healthy_gpus(self) -> int:
+        return sum(group.capacity for pool in self.pools.values() for group in pool.groups.values())
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(pool.free for pool in self.pools.values())
+
+    def releases(self, job: RunningJob) -> dict[str, Release]:
+        """What a running job would give back, per schedulable host (whole GPUs only)."""
+        gpus = len(job.gpu_ids)
+        shared = gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+        held = self.held.get(job.id) or self._hosts_of(job)
+        return {
+            host.name: Release(
+                0 if shared else count,
+                per_host_share(job.cpus, count, gpus),
+                per_host_share(job.memory_gib, count, gpus),
+            )
+            for host, count in held
+            if host.group is not None
+        }
+
+    def _hosts_of(self, job: RunningJob) -> list[tuple[HostState, int]]:
+        """(host, its GPUs there) of a job not in the snapshot's running ones (started or earmarked)."""
+        return [(self.hosts[n], len(g)) for n, g in running_job_hosts(job, self.gpu_host).items() if n in self.hosts]
+
+    def has_room(self) -> bool:
+        return any(pool.free or pool.shared for pool in self.pools.values())
+
+    # ------------------------------------------------------------ the statement
+
+    def take(self, job_id: str, gpus: int, parts: tuple[tuple[HostState, int], ...], *, cpus: int,
+             memory_gib: int, milli: int = WHOLE_GPU_MILLI, shared_gpu: str | None = None) -> tuple[str, ...]:
+        """Allocate a placement; returns the GPU ids, the job's earmarked ones first."""
+        taken: list[str] = []
+        for host, count in parts:
+            cpus_here = per_host_share(cpus, count, gpus)
+            memory_here = per_host_share(memory_gib, count, gpus)
+            if host.cpus_free is not None:
+                host.cpus_free -= cpus_here
+            if host.memory_free is not None:
+                host.memory_free -= memory_here
+            gpu_ids: list[str] = []
+            if count:
+                group = host.group
+                group.pool.unindex(group)
+                before = len(host.free)
+                own = host.earmarked.pop(job_id, [])
+                if shared_gpu is not None:
+                    gpu_ids = [shared_gpu]
+                    self._share(host, shared_gpu, milli, own)
+                else:
+                    gpu_ids = own[:count] + host.free[: max(0, count - len(own))]
+                    del host.free[: max(0, count - len(own))]
+                    own = own[count:]
+                if own:
+                    host.earmarked[job_id] = own
+                self._refile(host, before)
+                group.pool.index(group)
+            taken += gpu_ids
+            if self._undo is not None:
+                self._undo.append((host, gpu_ids, cpus_here, memory_here, milli, shared_gpu))
+        return tuple(taken)
+
+    def _share(self, host: HostState, gpu: str, milli: int, own: list[str]) -> None:
+        pool = host.group.pool
+        used = host.milli_used.get(gpu)
+        if used is None:
+            if gpu in own:
+                own.remove(gpu)
+            else:
+                host.free.remove(gpu)
+            used = 0
+        else:
+            _remove(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+        used += milli
+        host.milli_used[gpu] = used
+        if used < WHOLE_GPU_MILLI:
+            insort(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+
+    def _refile(self, host: HostState, before: int) -> None:
+        """Move a host to its new place in its group's free-count index."""
+        group = host.group
+        after = len(host.free)
+        if before == after:
+            return
+        if before:
+            group.hosts_by_free[before].remove(host)
+            if not group.hosts_by_free[before]:
+                del group.hosts_by_free[before]
+        if after:
+            insort(group.hosts_by_free.setdefault(after, []), host, key=lambda h: h.name)
+        group.free += after - before
+        group.pool.free += after - before
+
+    def earmark(self, job_id: str, host: HostState, count: int) -> None:
+        """Hold `count` free GPUs of a host for a job for the rest of the tick (rule 4)."""
+        count = min(count, len(host.free))
+        if count <= 0:
+            return
+        group = host.group
+        group.pool.unindex(group)
+        before = len(host.free)
+        host.earmarked.setdefault(job_id, []).extend(host.free[:count])
+        del host.free[:count]
+        self._refile(host, before)
+        group.pool.index(group)
+
+    def checkpoint(self) -> int:
+        """Start recording allocations; `rollback(mark)` undoes those after `mark`."""
+        if self._undo is None:
+            self._undo = []
+        return len(self._undo)
+
+    def rollback(self, mark: int) -> None:
+        while len(self._undo) > mark:
+            host, gpu_ids, cpus_here, memory_here, milli, shared_gpu = self._undo.pop()
+            if host.cpus_free is not None:
+                host.cpus_free += cpus_here
+            if host.memory_free is not None:
+                host.memory_free += memory_here
+            if not gpu_ids:
+                continue
+            group = host.group
+            group.pool.unindex(group)
+            before = len(host.free)
+            if shared_gpu is not None:
+                pool = group.pool
+                used = host.milli_used[shared_gpu]
+                if used < WHOLE_GPU_MILLI:
+                    _remove(pool.shared, (WHOLE_GPU_MILLI - used, host.name, shared_gpu))
+                used -= milli
+                if used:
+                    host.milli_used[shared_gpu] = used
+                    insort(pool.shared, (WHOLE_GPU_MILLI - used, host.name, shared_gpu))
+                else:
+                    del host.milli_used[shared_gpu]
+                    self._free_gpu(host, shared_gpu)
+            else:
+                for gpu in gpu_ids:
+                    self._free_gpu(host, gpu)
+            self._refile(host, before)
+            group.pool.index(group)
+        if mark == 0:
+            self._undo = None
+
+    def _free_gpu(self, host: HostState, gpu: str) -> None:
+        # Trials never take earmarked GPUs (only their owner does, and owners
+        # are not trial jobs), so an undone GPU is simply free again, in order.
+        insort(host.free, gpu, key=self.gpu_position.__getitem__)

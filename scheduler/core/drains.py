@@ -1,0 +1,82 @@
+"""Rule 7: jobs that leave whatever waits, and how drains progress.
+
+Jobs on a host that is down are lost at once. A job past its maximum runtime
+is stopped. On a draining host, unallocated jobs leave at once and allocated
+ones as each reaches its minimum runtime; when no job is left the host is
+drained.
+"""
+
+from __future__ import annotations
+
+from .capacity import Capacity
+from .model import DOWN, DRAINED, DRAINING, PREEMPTING, HostChange, Policy, Preemption, RunningJob
+from .reasons import format_duration, format_time, plural, requeue_note
+from .reservation import grace_for
+
+
+def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: float,
+                 policy: Policy) -> tuple[list[Preemption], dict[str, float]]:
+    """Preemptions for down hosts, maximum runtimes and drains; when every leaving job is gone."""
+    preemptions: list[Preemption] = []
+    leave_at: dict[str, float] = {}
+    for job in sorted(running, key=lambda j: (j.seq, j.id)):
+        hosts = [host for host, _ in capacity.held[job.id]]
+        down = next((h.name for h in hosts if h.state == DOWN), None)
+        if down is not None:
+            preemptions.append(Preemption(
+                job.id, f"down:{down}", f"host {down} is down: the job is lost; {requeue_note(job)}",
+                grace=0, requeue=job.resumable))
+            leave_at[job.id] = now
+            continue
+        if job.state == PREEMPTING:
+            leave_at[job.id] = now if job.grace_ends is None else max(now, job.grace_ends)
+            continue
+        grace = grace_for(job, policy)
+        if job.max_runtime is not None and now >= job.start_time + job.max_runtime:
+            preemptions.append(Preemption(
+                job.id, "max_runtime", f"reached its maximum runtime of {format_duration(job.max_runtime)}",
+                grace=grace, requeue=False))
+            leave_at[job.id] = now + grace
+            continue
+        draining = next((h.name for h in hosts if h.state in (DRAINING, DRAINED)), None)
+        if draining is None:
+            continue
+        if not job.allocated:
+            why = "unallocated jobs leave at once"
+        elif now >= job.protected_until:
+            why = f"its minimum runtime of {format_duration(job.min_runtime)} is over"
+        else:
+            continue
+        preemptions.append(Preemption(
+            job.id, f"drain:{draining}", f"host {draining} is draining; {why}; {requeue_note(job)}",
+            grace=grace, requeue=job.resumable))
+        leave_at[job.id] = now + grace
+    return preemptions, leave_at
+
+
+def drain_progress(capacity: Capacity, leave_at: dict[str, float], *, now: float,
+                   policy: Policy) -> list[HostChange]:
+    """A draining host with no job left is drained; the others say when they will be.
+
+    For a host still draining the change repeats state `draining` with the
+    progress ("1 job left; leaves in 50m") as its reason.
+    """
+    changes = []
+    for host in capacity.hosts.values():
+        if host.state != DRAINING:
+            continue
+        if not host.jobs:
+            changes.append(HostChange(host.name, DRAINED, "no jobs left: drained, ready for repair"))
+            continue
+        last = max(leave_at.get(job.id, _drain_leave_time(job, now, policy)) for job in host.jobs)
+        changes.append(HostChange(
+            host.name, DRAINING, f"{plural(len(host.jobs), 'job')} left; leaves {format_time(last, now)}"))
+    return changes
+
+
+def _drain_leave_time(job: RunningJob, now: float, policy: Policy) -> float:
+    """A protected job on a draining host leaves when its minimum runtime ends (or its maximum runtime)."""
+    leaves = job.protected_until
+    if job.max_runtime is not None:
+        leaves = min(leaves, job.start_time + job.max_runtime)
+    return max(now, leaves) + grace_for(job, policy)

@@ -1,0 +1,741 @@
+"""`schedule()`: one tick of the scheduler, in numbered phases (DESIGN §3).
+
+The phases share a `Cycle`: the tick's working capacity (the statement later
+jobs see earlier decisions on), the org tree with this tick's charges, the
+victims still available, and what happened to every pending job so far.
+
+Searching is bounded (DESIGN §6b). Capacity and victims only shrink while a
+tick decides, so a failure stands for the rest of it: a class of job that
+did not fit, or found nothing to preempt, is not searched again for a job
+of that class as big or bigger; jobs asking the same thing then wait by a
+lookup; and once nothing is free, nothing can be preempted and no job is owed
+GPUs, the rest of the order only gets its reasons. Jobs that wait alike share
+one `Wait`, so a reason is written once per kind of waiting job.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from itertools import accumulate
+from operator import attrgetter
+
+from . import reasons
+from .capacity import Capacity, HostState
+from .defrag import DefragPlan, migrations_left, plan_defrag
+from .drains import drain_progress, jobs_leaving
+from .fairshare import FairShareWalk, UnitTree, gpu_amount
+from .model import (
+    ANY,
+    DOMAIN,
+    PREEMPTING,
+    RUNNING,
+    WHOLE_GPU_MILLI,
+    Decisions,
+    PendingJob,
+    PendingStatus,
+    Policy,
+    Preemption,
+    Reservation,
+    RunningJob,
+    Snapshot,
+    Start,
+)
+from .placement import (
+    HostFilter,
+    JobRequest,
+    Placement,
+    find_placement,
+    lanes,
+    pools_for,
+    pools_in,
+    protected_for,
+)
+from .preemption import VictimPlan, Victims
+from .reservation import LeaveTimes, earliest_start, grace_for
+
+# Rule 6: an unallocated start is charged this many seconds of its GPUs to its
+# units' unallocated usage for the rest of the tick, so one tick interleaves
+# projects' unallocated jobs as rule 2 does allocated ones.
+UNALLOCATED_CHARGE_SECONDS = 3600.0
+
+
+def schedule(snapshot: Snapshot, *, now: float, policy: Policy) -> Decisions:
+    """Decide one tick for `snapshot` at time `now`. Pure: same input, same output."""
+    with collector_paused():
+        return _decide(snapshot, now, policy)
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a tick, as `timeit` does.
+
+    A tick makes many short-lived objects, none in cycles; the collector's
+    passes over a large snapshot would cost a third of the tick and free
+    nothing. It is resumed on the way out if it was running.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _decide(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
+    # 1. Working capacity, the org tree and usage over the window (rule 1).
+    capacity = Capacity(snapshot.topology, snapshot.running, snapshot.pending, now)
+    projects = {job.project for job in snapshot.pending} | {job.project for job in snapshot.running}
+    tree = UnitTree(snapshot.units, projects, healthy_gpus=capacity.healthy_gpus, window=policy.window)
+    tree.add_window_usage(snapshot.units, snapshot.running, now=now, window=policy.window)
+    unit_ratios = tree.ratios()
+
+    # 2. Jobs that leave whatever waits: down hosts, maximum runtimes, drains (rule 7).
+    forced, leave_at = jobs_leaving(snapshot.running, capacity, now=now, policy=policy)
+    cycle = Cycle(snapshot, capacity, tree, leave_at, now, policy)
+
+    # 3. Allocated jobs in fair-share order: start, preempt, reserve, defragment (rules 2-5).
+    cycle.allocated_jobs([job for job in snapshot.pending if job.allocated])
+
+    # 4. Unallocated jobs fill what is left, in fair-share order of free time (rule 6).
+    cycle.unallocated_jobs([job for job in snapshot.pending if not job.allocated])
+
+    # 5. Every job still pending: its reason, position and estimated start (rule 8).
+    pending = cycle.statuses(unit_ratios)
+
+    # 6. Drains that are done, and the progress of the others.
+    host_changes = drain_progress(capacity, cycle.leave_at, now=now, policy=policy)
+
+    return Decisions(
+        starts=tuple(cycle.starts),
+        preemptions=tuple(forced + cycle.preemptions),
+        reservations=tuple(cycle.reservations),
+        pending=pending,
+        host_changes=tuple(host_changes),
+        unit_ratios=unit_ratios,
+    )
+
+
+# What happened to a job that did not start.
+NEVER = "never"  # no healthy capacity could ever hold it
+NO_ROOM = "no_room"  # nothing fits now, nothing it may preempt
+RESERVED = "reserved"
+ENTITLED = "entitled"  # every domain that could hold it is kept by less-served units
+PREEMPTING_FOR = "preempting"
+VICTIMS_LEAVING = "victims_leaving"
+DEFRAGMENTING = "defragmenting"
+
+
+@dataclass(frozen=True, eq=False)
+class Wait:
+    """What happened to a job that did not start.
+
+    Jobs that wait alike (same project, kind, GPU count and reservations they
+    may start under) share one `Wait`, so their reason is written once.
+    """
+
+    kind: str
+    detail: str = ""
+    ready_at: float | None = None
+
+
+class Cycle:
+    """The state one tick decides on; see the module docstring."""
+
+    def __init__(self, snapshot: Snapshot, capacity: Capacity, tree: UnitTree, leave_at: dict[str, float],
+                 now: float, policy: Policy):
+        self.snapshot = snapshot
+        self.capacity = capacity
+        self.tree = tree
+        self.leave_at = leave_at
+        self.now = now
+        self.policy = policy
+        self.victims = Victims(snapshot.running, tree, capacity, set(leave_at), now)
+        self.leave_times = LeaveTimes(tree, leave_at, now, policy)
+        self.starts: list[Start] = []
+        self.preemptions: list[Preemption] = []
+        self.reservations: list[Reservation] = []
+        self.order: list[PendingJob] = []
+        self.started: set[str] = set()
+        self.started_jobs: list[RunningJob] = []
+        self.waits: dict[str, Wait] = {}
+        self.in_flight: dict[str, list] = {}
+        for job in sorted(snapshot.running, key=lambda j: (j.seq, j.id)):
+            if job.state == PREEMPTING and job.preempted_for is not None and job.id in leave_at:
+                self.in_flight.setdefault(job.preempted_for, []).append(job)
+        # Jobs that may start although nothing else can: on earmarks, or waiting for victims.
+        self.owed = {job.id for job in snapshot.pending if job.earmarked_gpus or job.id in self.in_flight}
+        # Rule 5 is tried for the first jobs that can't start, at most max_reservations of them.
+        self.reservation_attempts = 0
+        self.defrag_budget = migrations_left(snapshot.recent_defrag_migrations, now, policy)
+        self._requests: dict[str, JobRequest] = {}
+        self._keys: dict[str, tuple[tuple, tuple, tuple]] = {}
+        self._key_objects: dict[tuple, tuple] = {}
+        self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = {}
+        self._waiting_alike: dict[tuple, Wait] = {}
+        # What jobs alike are known to wait for (see `_known_to_wait`); cleared by a new reservation.
+        self._verdicts: dict[tuple, Wait] = {}
+        # (GPUs, kind) -> the Wait of jobs no healthy capacity could hold, or None if some could.
+        self._never_waits: dict[tuple, Wait | None] = {}
+        self._resting: dict[tuple, Wait] = {}
+        self._no_fit: dict[tuple, int] = {}
+        # (project, class, reservations) -> (GPUs, charge) of a job that found nothing to preempt.
+        self._no_victims: dict[tuple, tuple[int, float]] = {}
+        self._reserved: list[HostState] = []
+        # Until when each reservation holds (see `_hold`), sorted.
+        self._reserved_until: list[float] = []
+        # (placement class, reservations) of jobs only a reservation kept from starting.
+        self._kept_out: set[tuple] = set()
+        self._needs: dict[tuple, str] = {}
+        self._entitled_elsewhere: set[str] = set()
+
+    # ------------------------------------------------------------ phases
+
+    def allocated_jobs(self, jobs: list[PendingJob]) -> None:
+        walk = FairShareWalk(self.tree, jobs, allocated=True)
+        known_to_wait = self._known_to_wait
+        while True:
+            # Only a decision can leave nothing to do, so this is checked after each.
+            if self._stuck():
+                for job in walk.rest():
+                    self.order.append(job)
+                    self._wait_without_search(job)
+                return
+            while True:
+                job = walk.next()
+                if job is None:
+                    return
+                self.order.append(job)
+                if not known_to_wait(job):
+                    break
+            self.owed.discard(job.id)
+            charge = self._charge(job)
+            if self._allocated_job(job, charge):
+                walk.charge(charge)
+                self.victims.ratios_changed()
+
+    def unallocated_jobs(self, jobs: list[PendingJob]) -> None:
+        walk = FairShareWalk(self.tree, jobs, allocated=False)
+        known_to_wait = self._known_to_wait
+        while True:
+            if not self.capacity.has_room():
+                for job in walk.rest():
+                    self.order.append(job)
+                    self._wait_without_search(job)
+                return
+            while True:
+                job = walk.next()
+                if job is None:
+                    return
+                self.order.append(job)
+                if not known_to_wait(job):
+                    break
+            if self._never_fits(job):
+                continue
+            placement = self._placement(job)
+            if placement is None:
+                self.waits[job.id] = self._waiting(job)
+                continue
+            self._start(job, placement)
+            walk.charge(gpu_amount(job.gpus, job.gpu_milli) * UNALLOCATED_CHARGE_SECONDS)
+
+    # ------------------------------------------------------------ one allocated job
+
+    def _allocated_job(self, job: PendingJob, charge: float) -> bool:
+        """Decide for one allocated job; True if its units are to be charged."""
+        if self._never_fits(job):
+            return False
+        placement = self._placement(job)
+        if placement is not None:
+            self._start(job, placement)
+            return True
+        leaving = self.in_flight.get(job.id)
+        if leaving:
+            plan = self.victims.after(self._request(job), leaving, self._host_filter(self._request(job)))
+            if plan is not None:
+                self._hold_free_part(job, plan)
+                ready = max(self.leave_at[v.id] for v in leaving)
+                self.waits[job.id] = Wait(VICTIMS_LEAVING, reasons.job_list([v.id for v in leaving]), ready)
+                return True
+        gainer = self.tree.nodes[job.project]
+        kind, placing, preempting = self._classes(job)
+        access = self._access(job)
+        if not self._no_victims_for(job, preempting, access):
+            plan = self.victims.find(self._request(job), gainer, charge, self._host_filter(self._request(job)))
+            if plan is not None:
+                self._preempt(job, plan)
+                return True
+            self._no_victims[(job.project, preempting, access)] = (job.gpus, charge)
+        if self.reservation_attempts < self.policy.max_reservations:
+            self.reservation_attempts += 1
+            return self._reserve(job, charge)
+        self.waits[job.id] = self._waiting(job)
+        return False
+
+    def _reserve(self, job: PendingJob, charge: float) -> bool:
+        """Rule 5 (and defragmentation): hold where the job can start earliest."""
+        req = self._request(job)
+        gainer = self.tree.nodes[job.project]
+        leave_time = self.leave_times.for_gainer(gainer, charge)
+        outlook = earliest_start(req, self.capacity, leave_time, self._host_filter(req), self.now)
+        if req.topology == DOMAIN and req.gpus > 1:
+            moves = plan_defrag(
+                job, req, self.capacity, earliest=outlook.start if outlook else math.inf,
+                budget=self.defrag_budget, unavailable=set(self.leave_at), host_filter=self._host_filter,
+                now=self.now, policy=self.policy,
+            )
+            if moves is not None:
+                self._defragment(job, moves)
+                return True
+        if outlook is None:
+            self.waits[job.id] = Wait(ENTITLED)
+            self._entitled_elsewhere.add(job.project)
+            return False
+        where = self._reserved_label(outlook.domain, outlook.hosts)
+        starts_by = reasons.format_time(outlook.start, self.now)
+        reason = f"held for job {job.id} ({reasons.need(job)}); it can start {starts_by}"
+        reservation = Reservation(job.id, outlook.domain, outlook.hosts, outlook.start, reason)
+        self._hold(job, outlook.hosts, outlook.start, reservation)
+        self.waits[job.id] = Wait(RESERVED, where, outlook.start)
+        return False
+
+    def _reserved_label(self, domain: str, hosts: tuple[str, ...]) -> str:
+        """"nvl72-07 is reserved for it and frees", or "host h is …", or "3 hosts of nvl72-07 are … free"."""
+        whole = [h for h in self.capacity.hosts.values() if h.domain == domain and h.schedulable]
+        if len(hosts) == 1 and len(whole) > 1:
+            return f"host {hosts[0]} is reserved for it and frees"
+        if domain and len(hosts) == len(whole):
+            return f"{domain} is reserved for it and frees"
+        where = f"{len(hosts)} hosts of {domain}" if domain else f"hosts {reasons.job_list(list(hosts))}"
+        return f"{where} are reserved for it and free"
+
+    def _hold(self, job: PendingJob, hosts: tuple[str, ...], start: float, reservation: Reservation) -> None:
+        # Jobs that can be made to leave by then (plus the grace period) may still start there.
+        until = max(self.now, start - self.policy.grace_period)
+        insort(self._reserved_until, until)
+        self._verdicts.clear()
+        for name in hosts:
+            host = self.capacity.hosts[name]
+            host.reserved_until = until
+            host.reserved_for = job.id
+            self._reserved.append(host)
+        self.reservations.append(reservation)
+
+    # ------------------------------------------------------------ decisions
+
+    def _start(self, job: PendingJob, placement: Placement) -> None:
+        req = self._request(job)
+        gpu_ids = self.capacity.take(job.id, req.gpus, placement.parts, cpus=job.cpus, memory_gib=job.memory_gib,
+                                     milli=req.milli, shared_gpu=placement.shared_gpu)
+        host = placement.parts[0][0].name if job.gpus == 0 else ""
+        self.starts.append(Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host))
+        self.started.add(job.id)
+        self.victims.capacity_changed()
+        # Later reservations and drains count it as running from now.
+        started = RunningJob(job.id, job.project, gpu_ids, self.now, job.min_runtime, job.resumable,
+                             job.submit_time, job.seq, gpu_milli=req.milli, topology=job.topology,
+                             max_runtime=job.max_runtime, cpus=job.cpus, memory_gib=job.memory_gib, host=host)
+        for placed, _ in placement.parts:
+            placed.jobs.append(started)
+        self.started_jobs.append(started)
+
+    def _start_reason(self, job: PendingJob, placement: Placement, gpu_ids: tuple[str, ...]) -> str:
+        if job.earmarked_gpus and set(gpu_ids) & set(job.earmarked_gpus):
+            return "on the GPUs preempted for it"
+        host = placement.parts[0][0]
+        if job.gpus == 0:
+            return f"on host {host.name}"
+        if placement.shared_gpu is not None:
+            left = WHOLE_GPU_MILLI - host.milli_used.get(placement.shared_gpu, WHOLE_GPU_MILLI)
+            return f"best fit: shares GPU {placement.shared_gpu} ({left} milli-GPU left free on it)"
+        if len(placement.parts) == 1:
+            left = reasons.plural(len(host.free), "GPU")
+            return f"best fit: host {host.name} in {host.domain} ({left} left free there)"
+        domains = placement.domains
+        if len(domains) == 1:
+            free = host.group.free
+            return f"best fit: one NVLink domain, {domains[0]} ({reasons.plural(free, 'GPU')} left free there)"
+        return f"across {len(domains)} NVLink domains ({', '.join(domains)}), as few as possible"
+
+    def _preempt(self, job: PendingJob, plan: VictimPlan) -> None:
+        ready = self.now
+        for victim in plan.victims:
+            grace = grace_for(victim.job, self.policy)
+            reason = reasons.preempted_for_job(job, victim.job, victim.sides, self.policy.window)
+            self.preemptions.append(Preemption(victim.job.id, f"job:{job.id}", reason, grace=grace,
+                                               requeue=victim.job.resumable, preemptor=job.id))
+            self.leave_at[victim.job.id] = self.now + grace
+            ready = max(ready, self.now + grace)
+        self.victims.take({victim.job.id for victim in plan.victims})
+        self._hold_free_part(job, plan)
+        ids = [victim.job.id for victim in plan.victims]
+        self.waits[job.id] = Wait(PREEMPTING_FOR, reasons.job_list(ids), ready)
+
+    def _hold_free_part(self, job: PendingJob, plan: VictimPlan) -> None:
+        """Free GPUs the job will start on together with its victims' stay its own meanwhile."""
+        if self._request(job).shared:
+            return
+        for host, count in plan.parts:
+            own = len(host.earmarked.get(job.id, ()))
+            self.capacity.earmark(job.id, host, count - plan.released.get(host.name, 0) - own)
+
+    def _defragment(self, job: PendingJob, moves: DefragPlan) -> None:
+        ready = self.now
+        for moved in moves.moved:
+            grace = grace_for(moved, self.policy)
+            reason = (f"moved out of {moves.domain} to make one whole NVLink domain for job {job.id} "
+                      f"({reasons.need(job)}); resumes elsewhere from its last checkpoint")
+            self.preemptions.append(Preemption(moved.id, "defrag", reason, grace=grace, requeue=True, preemptor=job.id))
+            self.leave_at[moved.id] = self.now + grace
+            ready = max(ready, self.now + grace)
+        self.victims.take({moved.id for moved in moves.moved})
+        self.defrag_budget -= len(moves.moved)
+        moved = reasons.plural(len(moves.moved), "job")
+        reason = f"held for job {job.id}: defragmenting {moves.domain} ({moved} moved out)"
+        self._hold(job, moves.hosts, ready, Reservation(job.id, moves.domain, moves.hosts, ready, reason))
+        self.waits[job.id] = Wait(DEFRAGMENTING, moves.domain, ready)
+
+    # ------------------------------------------------------------ searching, bounded
+
+    def _request(self, job: PendingJob) -> JobRequest:
+        req = self._requests.get(job.id)
+        if req is None:
+            req = self._requests[job.id] = JobRequest.of(job, self.policy)
+        return req
+
+    def _host_filter(self, req: JobRequest) -> HostFilter:
+        """Rule 5: allocated jobs protected beyond a reservation may not start on its hosts."""
+        if not self._reserved or req.protected_for == 0:
+            return _any_host
+        ends = self.now + req.protected_for
+
+        def allowed(host: HostState) -> bool:
+            return host.reserved_until is None or host.reserved_for == req.job_id or ends <= host.reserved_until
+
+        return allowed
+
+    def _kind(self, job: PendingJob) -> tuple:
+        """What placement and the reasons depend on but the GPU count (one shared object per kind)."""
+        return self._classes(job)[0]
+
+    def _classes(self, job: PendingJob) -> tuple[tuple, tuple, tuple]:
+        """(kind, placement class, preemption class); see `_classify`."""
+        return self._keys.get(job.id) or self._classify(job)
+
+    def _classify(self, job: PendingJob) -> tuple[tuple, tuple, tuple]:
+        """A job's kind, and the classes whose failures this tick stand for it (once per kind of job).
+
+        Failures are remembered per class with the smallest GPU count that
+        failed: capacity and victims only shrink while a tick decides, so a
+        larger job of the same class fails too. A job that fits on one host
+        in every pool it may use is placed and preempts for the same way
+        whatever its topology and shape; a multi-host job that one domain
+        could hold preempts within one domain whatever its topology.
+        """
+        short = job.min_runtime <= self.policy.fast_lane_max_min_runtime
+        fields = (job.gpus, job.gpus_per_host, job.gpu_milli, job.gpu_types, job.topology, job.min_runtime > 0, short,
+                  job.cpus, job.memory_gib)
+        keys = self._classes_by_fields.get(fields)
+        if keys is None:
+            keys = self._classes_by_fields[fields] = self._classes_of(job, lanes(job, self.policy))
+        self._keys[job.id] = keys
+        return keys
+
+    def _classes_of(self, job: PendingJob, sides: tuple[bool, ...]) -> tuple[tuple, tuple, tuple]:
+        # More GPUs need fewer CPUs per GPU: with CPU or memory asked, the count is part of it.
+        exact = job.gpus if job.cpus or job.memory_gib else None
+        milli = job.gpu_milli if job.gpus == 1 else WHOLE_GPU_MILLI
+        kind = (job.gpus_per_host, milli, job.gpu_types, job.topology, sides, exact)
+        pools = [pool for side in pools_in(self.capacity, sides, job.gpu_types) for pool in side]
+        smallest_host = min((pool.largest_host for pool in pools), default=0)
+        largest_group = max((pool.largest_group for pool in pools), default=0)
+        per_host = job.gpus_per_host
+        if (per_host is None and job.gpus <= smallest_host) or (per_host is not None and per_host >= job.gpus):
+            placing = preempting = (None, milli, job.gpu_types, ANY, sides, exact)
+        elif job.gpus <= largest_group:
+            placing, preempting = kind, (per_host, milli, job.gpu_types, DOMAIN, sides, exact)
+        else:
+            placing = preempting = kind
+        return tuple(self._key_objects.setdefault(k, k) for k in (kind, placing, preempting))
+
+    def _access(self, job: PendingJob) -> int:
+        """Which reservations the job may start under: those lasting at least its protection."""
+        if not self._reserved_until or not job.allocated:
+            return 0
+        return bisect_left(self._reserved_until, self.now + protected_for(job))
+
+    def _known_to_wait(self, job: PendingJob) -> bool:
+        """This tick already showed the job can't start, preempt or reserve: record that it waits.
+
+        The common case, made cheap: the order's tail is long. The verdict
+        is kept per kind of job (what it asks, not who it is), since the
+        failures it rests on stay failures for the rest of the tick.
+        """
+        if job.id in self.owed:
+            return False
+        alike = _alike(job)
+        wait = self._verdicts.get(alike)
+        if wait is None:
+            wait = self._verdict(job)
+            if wait is None:
+                return False
+            self._verdicts[alike] = wait
+        self.waits[job.id] = wait
+        return True
+
+    def _verdict(self, job: PendingJob) -> Wait | None:
+        allocated = job.min_runtime > 0
+        if allocated and self.reservation_attempts < self.policy.max_reservations:
+            return None
+        kind, placing, preempting = self._classes(job)
+        gpus = job.gpus
+        if self._never_waits.get((gpus, kind), False) is not None:
+            return None
+        access = self._access(job)
+        if gpus < self._no_fit.get((placing, access), math.inf):
+            return None
+        if allocated and not self._no_victims_for(job, preempting, access):
+            return None
+        return self._waiting(job, kind, access)
+
+    def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
+        """Did a job of its project and class, no bigger and charging no more, find nothing to preempt?"""
+        failed = self._no_victims.get((job.project, preempting, access))
+        return failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1]
+
+    @staticmethod
+    def _charge(job: PendingJob) -> float:
+        """Rule 2: what starting (or preempting for) a job adds to its units' usage this tick."""
+        return gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+
+    def _waiting(self, job: PendingJob, kind: tuple | None = None, access: int | None = None) -> Wait:
+        """The shared `Wait` of jobs that wait for room like this one."""
+        kind = kind or self._kind(job)
+        access = self._access(job) if access is None else access
+        key = (job.project, id(kind), job.gpus, access)
+        wait = self._waiting_alike.get(key)
+        if wait is None:
+            wait = self._waiting_alike[key] = Wait(NO_ROOM)
+        return wait
+
+    def _placement(self, job: PendingJob) -> Placement | None:
+        owed = job.earmarked_gpus or job.id in self.in_flight
+        key = (self._classes(job)[1], self._access(job))
+        if not owed and job.gpus >= self._no_fit.get(key, math.inf):
+            return None
+        req = self._request(job)
+        placement = find_placement(req, self.capacity, self._host_filter(req))
+        if placement is None and not owed:
+            self._no_fit[key] = min(job.gpus, self._no_fit.get(key, math.inf))
+            if self._reserved and find_placement(req, self.capacity, _any_host) is not None:
+                self._kept_out.add(key)
+        return placement
+
+    def _stuck(self) -> bool:
+        """Nothing free, nothing to preempt or reserve, no job owed GPUs: the rest only waits."""
+        return (not self.owed and not self.victims.live and self.reservation_attempts >= self.policy.max_reservations
+                and not self.capacity.has_room())
+
+    def _never_fits(self, job: PendingJob) -> bool:
+        """Can no healthy capacity ever hold this job? Records why."""
+        wait = self._never_wait(job)
+        if wait is not None:
+            self.waits[job.id] = wait
+        return wait is not None
+
+    def _never_wait(self, job: PendingJob) -> Wait | None:
+        key = (job.gpus, self._kind(job))
+        wait = self._never_waits.get(key, False)
+        if wait is False:
+            fact = _never_fits(self._request(job), self.capacity)
+            wait = self._never_waits[key] = Wait(NEVER, fact) if fact else None
+        return wait
+
+    def _wait_without_search(self, job: PendingJob) -> None:
+        """Record that a job waits, once nothing more can start or preempt (per kind of job)."""
+        alike = _alike(job)
+        wait = self._resting.get(alike)
+        if wait is None:
+            wait = self._resting[alike] = self._never_wait(job) or self._waiting(job)
+        self.waits[job.id] = wait
+
+    # ------------------------------------------------------------ rule 8
+
+    def statuses(self, unit_ratios: dict[str, float]) -> dict[str, PendingStatus]:
+        """Reason, position and estimated start of every job that did not start, in order.
+
+        The estimate is cheap (DESIGN §6b: no placement search per job): GPUs
+        come back when jobs leave this tick and when protection or maximum
+        runtime ends (plus the grace period), and the allocated jobs waiting
+        ahead take them first, in fair-share order. Topology is ignored, no
+        new arrival is assumed, and every job whose protection ends is assumed
+        to go: an optimistic bound. Unallocated jobs and projects rule 5 found
+        nothing for get none.
+        """
+        times, released = self._release_timeline()
+        free_now = self.capacity.free_gpus
+        demand = 0
+        head = next((job for job in self.order if job.allocated), None)
+        # Jobs that wait alike share their Wait (compared by identity), so it keys the text.
+        texts: dict[Wait, str] = {}
+        result: dict[str, PendingStatus] = {}
+        started, waits, no_estimate = self.started, self.waits, self._entitled_elsewhere
+        coming = released[-1] if released else 0
+        position = 0
+        for job in self.order:
+            job_id = job.id
+            if job_id in started:
+                continue
+            position += 1
+            wait = waits[job_id]
+            text = texts.get(wait)
+            if text is None:
+                text = texts[wait] = self._reason(job, wait, head, unit_ratios)
+            estimate = wait.ready_at
+            if job.min_runtime > 0 and wait.kind is not NEVER:
+                demand += job.gpus
+                short = demand - free_now
+                if estimate is None and 0 < short <= coming and job.project not in no_estimate:
+                    estimate = times[bisect_left(released, short)]
+            result[job_id] = PendingStatus(job_id, text, position, estimate)
+        return result
+
+    def _reason(self, job: PendingJob, wait: Wait, head: PendingJob | None, unit_ratios: dict[str, float]) -> str:
+        now = self.now
+        if wait.kind == NEVER:
+            return f"{reasons.need(job)}; {wait.detail}"
+        if wait.kind == PREEMPTING_FOR:
+            return (f"preempting {wait.detail} to make room; starts when they leave, "
+                    f"{reasons.format_time(wait.ready_at, now)}")
+        if wait.kind == VICTIMS_LEAVING:
+            return (f"waiting for the jobs it preempted ({wait.detail}) to leave, "
+                    f"{reasons.format_time(wait.ready_at, now)}")
+        text = self._need_and_free(job)
+        if wait.kind == DEFRAGMENTING:
+            return (f"{text}; jobs are being moved out of {wait.detail} for it; "
+                    f"starts {reasons.format_time(wait.ready_at, now)}")
+        if wait.kind == RESERVED:
+            return f"{text}; {wait.detail} {reasons.format_time(wait.ready_at, now)}"
+        project_ratio = unit_ratios.get(job.project, math.inf)
+        if not job.allocated:
+            lead = (f"{reasons.no_allocation(job.project)}: runs unallocated, preemptible"
+                    if math.isinf(project_ratio) else "runs unallocated (minimum runtime 0), preemptible")
+            return f"{lead}; waits for idle GPUs; {text}"
+        if math.isinf(project_ratio):
+            text = (f"{reasons.no_allocation(job.project)}: its allocated jobs come after every allocated "
+                    f"project's; {text}")
+        if wait.kind == ENTITLED:
+            where = "domain" if job.topology == DOMAIN and _spans_hosts(self._request(job), self.capacity) else "host"
+            return (f"{text}; every {where} that could hold it is held by project {job.project} itself or by units "
+                    f"less served than it, which are entitled to keep their GPUs: it waits for jobs to end")
+        blocked = self._reservation_blocking(job)
+        if blocked:
+            text = f"{text}; {blocked}"
+        elif job.min_runtime > 0 and self._no_victims_for(job, self._classes(job)[2], self._access(job)):
+            text += (f"; no running job may be preempted for it (each is protected by its minimum runtime, "
+                     f"or belongs to project {job.project} or to a unit less served)")
+        if head is not None and head.project != job.project and unit_ratios[head.project] < project_ratio:
+            ahead, yours = reasons.format_ratio(unit_ratios[head.project]), reasons.format_ratio(project_ratio)
+            text += f"; waiting behind project {head.project} (ratio {ahead} vs yours {yours})"
+        return text
+
+    def _need_and_free(self, job: PendingJob) -> str:
+        """"needs one 64-GPU NVLink domain; largest free is 40", from the capacity left after the tick."""
+        key = (self._kind(job), job.gpus, job.cpus, job.memory_gib)
+        text = self._needs.get(key)
+        if text is None:
+            text = self._needs[key] = f"{reasons.need(job)}; {self._free_fact(job)}"
+        return text
+
+    def _free_fact(self, job: PendingJob) -> str:
+        req = self._request(job)
+        pools = [pool for lane in pools_for(req, self.capacity) for pool in lane]
+        types = reasons.gpu_types_label(job.gpu_types)
+        if job.gpus == 0:
+            return "no host has the CPUs and memory free"
+        free = sum(pool.free for pool in pools)
+        if req.shared:
+            most = max((WHOLE_GPU_MILLI if pool.free else pool.shared[-1][0] if pool.shared else 0 for pool in pools),
+                       default=0)
+            return f"no GPU{types} has {job.gpu_milli} milli-GPU free (most is {most})"
+        if free == 0:
+            return f"no GPUs{types} free"
+        if job.topology == DOMAIN and _spans_hosts(req, self.capacity):
+            return f"largest free is {max(pool.largest_free_group for pool in pools)}"
+        return f"{free} free"
+
+    def _reservation_blocking(self, job: PendingJob) -> str:
+        """If, at its turn, only a reservation kept the job out: whose, and until when."""
+        if (self._classes(job)[1], self._access(job)) not in self._kept_out:
+            return ""
+        first = self.reservations[0]
+        return (f"the free GPUs that fit were reserved for job {first.job_id} (it starts "
+                f"{reasons.format_time(first.expected_start, self.now)}), and this job's "
+                f"minimum runtime would outlast that")
+
+    def _release_timeline(self) -> tuple[list[float], list[int]]:
+        """When GPUs come back to the schedulable pool, and how many by then (cumulative)."""
+        timeline: list[tuple[float, int]] = []
+        for job in self.snapshot.running + tuple(self.started_jobs):
+            held = self.capacity.held.get(job.id)
+            if held and held[0][0].group is None:
+                continue
+            when = self._release_time(job)
+            if when is not None:
+                timeline.append((when, len(job.gpu_ids)))
+        timeline.sort()
+        return [t for t, _ in timeline], list(accumulate(g for _, g in timeline))
+
+    def _release_time(self, job) -> float | None:
+        if job.id in self.leave_at:
+            return self.leave_at[job.id]
+        if job.state != RUNNING:
+            return None
+        ends = math.inf
+        if job.allocated and job.protected_until > self.now:
+            ends = job.protected_until
+        if job.max_runtime is not None:
+            ends = min(ends, job.start_time + job.max_runtime)
+        return None if math.isinf(ends) else ends + grace_for(job, self.policy)
+
+
+def _any_host(host: HostState) -> bool:
+    return True
+
+
+# Everything about a job that its decision depends on, but who it is.
+_alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
+                    "max_runtime", "cpus", "memory_gib")
+
+
+def _spans_hosts(req: JobRequest, capacity: Capacity) -> bool:
+    """Does the job need more than one host in every pool it may use?"""
+    return not any(req.single_host(pool) for lane in pools_for(req, capacity) for pool in lane)
+
+
+def _never_fits(req: JobRequest, capacity: Capacity) -> str:
+    """Why no healthy capacity could ever hold the job ("" if some could)."""
+    pools = [pool for lane in pools_for(req, capacity) for pool in lane]
+    types = reasons.gpu_types_label(req.gpu_types)
+    if req.gpus == 0:
+        return ""
+    if req.per_host is not None and req.gpus % req.per_host:
+        return f"{req.gpus} GPUs is not a multiple of {req.per_host} per host"
+    if not pools:
+        return f"no healthy GPUs{types} on this cluster"
+    largest_host = max(pool.largest_host for pool in pools)
+    if req.per_host is not None and req.per_host > largest_host:
+        return f"the largest healthy host{types} has {reasons.plural(largest_host, 'GPU')}"
+    if req.topology == DOMAIN and _spans_hosts(req, capacity):
+        largest = max(pool.largest_group for pool in pools)
+        if req.gpus > largest:
+            return f"largest healthy domain{types} has {largest} GPUs"
+    largest_pool = max(sum(g.capacity for g in pool.groups.values()) for pool in pools)
+    if req.gpus > largest_pool:
+        return f"the cluster has {reasons.plural(largest_pool, 'healthy GPU')}{types}"
+    return ""

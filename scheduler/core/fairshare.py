@@ -1,0 +1,242 @@
+"""Rules 1 and 2: usage over the look-back window and the fair-share order."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from operator import attrgetter
+
+from .model import WHOLE_GPU_MILLI, PendingJob, RunningJob, Unit
+
+
+def gpu_amount(gpus: int, milli: int) -> float:
+    """GPUs a job holds: a 1-GPU job may hold a fraction; larger ones whole GPUs."""
+    if gpus == 1:
+        return milli / WHOLE_GPU_MILLI
+    return float(gpus)
+
+
+@dataclass(eq=False)
+class UnitNode:
+    """A unit of the org tree with its entitlement and working usage."""
+
+    name: str
+    share: float | None
+    parent: UnitNode | None
+    children: list[UnitNode] = field(default_factory=list)
+    # Product of share/100 down the path; 0 if any share on it is None.
+    share_of_cluster: float = 0.0
+    # GPU-seconds per window: share_of_cluster × healthy GPUs × window.
+    entitled: float = 0.0
+    # Allocated GPU-seconds in the window (subtree), plus this tick's charges.
+    usage: float = 0.0
+    unallocated_usage: float = 0.0
+    # Root .. self.
+    path: tuple[UnitNode, ...] = ()
+
+    @property
+    def ratio(self) -> float:
+        return self.ratio_with(0.0)
+
+    def ratio_with(self, extra: float) -> float:
+        if self.entitled <= 0:
+            return math.inf
+        return (self.usage + extra) / self.entitled
+
+
+class UnitTree:
+    """The org tree as seen from one cluster.
+
+    Units whose parent is None (or unknown) are siblings at the top. A project
+    that jobs name but the snapshot lacks is treated as a top-level unit with
+    no allocation here.
+    """
+
+    def __init__(self, units: tuple[Unit, ...], projects: set[str], *, healthy_gpus: int, window: float):
+        self.nodes: dict[str, UnitNode] = {}
+        for unit in sorted(units, key=lambda u: u.name):
+            self.nodes[unit.name] = UnitNode(unit.name, unit.share, None)
+        for name in sorted(projects - self.nodes.keys()):
+            self.nodes[name] = UnitNode(name, None, None)
+        by_name = {unit.name: unit for unit in units}
+        self.roots: list[UnitNode] = []
+        for node in self.nodes.values():
+            unit = by_name.get(node.name)
+            parent = self.nodes.get(unit.parent) if unit is not None and unit.parent else None
+            node.parent = parent
+            (parent.children if parent is not None else self.roots).append(node)
+        for node in self.top_down():
+            parent_share = node.parent.share_of_cluster if node.parent is not None else 1.0
+            node.share_of_cluster = parent_share * (node.share or 0.0) / 100
+            node.entitled = node.share_of_cluster * healthy_gpus * window
+            node.path = (node.parent.path if node.parent is not None else ()) + (node,)
+
+    def top_down(self) -> Iterator[UnitNode]:
+        stack = list(reversed(self.roots))
+        while stack:
+            node = stack.pop()
+            yield node
+            stack.extend(reversed(node.children))
+
+    def add_window_usage(self, units: tuple[Unit, ...], running: tuple[RunningJob, ...], *, now: float,
+                         window: float) -> None:
+        """Rule 1: ended usage from the units plus running jobs' time in the window, summed up the tree.
+
+        A unit's own `allocated_usage` counts jobs charged to it alone (the
+        caller clips it to the window); descendants' usage is added here.
+        """
+        for unit in units:
+            node = self.nodes[unit.name]
+            node.usage = unit.allocated_usage
+            node.unallocated_usage = unit.unallocated_usage
+        window_start = now - window
+        for job in sorted(running, key=lambda j: (j.seq, j.id)):
+            seconds = now - max(job.start_time, window_start)
+            if seconds <= 0:
+                continue
+            used = gpu_amount(len(job.gpu_ids), job.gpu_milli) * seconds
+            node = self.nodes[job.project]
+            if job.allocated:
+                node.usage += used
+            else:
+                node.unallocated_usage += used
+        for node in reversed(list(self.top_down())):
+            if node.parent is not None:
+                node.parent.usage += node.usage
+                node.parent.unallocated_usage += node.unallocated_usage
+
+    def ratios(self) -> dict[str, float]:
+        return {name: node.ratio for name, node in self.nodes.items()}
+
+
+def sides_at_common_ancestor(gainer: UnitNode, loser: UnitNode) -> tuple[UnitNode, UnitNode] | None:
+    """The children of the lowest common ancestor on each side (None for one project)."""
+    for gainer_side, loser_side in zip(gainer.path, loser.path, strict=False):
+        if gainer_side is not loser_side:
+            return gainer_side, loser_side
+    return None
+
+
+def may_take_from(gainer: UnitNode, loser: UnitNode, charge: float) -> tuple[UnitNode, UnitNode] | None:
+    """Rule 4b: may a job of `gainer` preempt an allocated job of `loser`?
+
+    Compared at their lowest common ancestor: the gainer's side, charged
+    `charge` GPU-seconds for the new job, must stay strictly below the loser's
+    side. Returns the two sides when it may (for the reason), else None.
+    """
+    sides = sides_at_common_ancestor(gainer, loser)
+    if sides is None:
+        return None
+    gainer_side, loser_side = sides
+    if gainer_side.ratio_with(charge) < loser_side.ratio:
+        return sides
+    return None
+
+
+def allocated_key(node: UnitNode) -> tuple:
+    # Lowest usage ratio first; ties: larger share, then name.
+    return (node.ratio, -(node.share or 0.0), node.name)
+
+
+def unallocated_key(node: UnitNode) -> tuple:
+    # Free time is shared equally: fewest unallocated GPU-seconds first. Not
+    # divided by share, since units without one are its main users.
+    return (node.unallocated_usage, node.name)
+
+
+def sort_in_project_order(jobs: list[PendingJob]) -> list[PendingJob]:
+    """A project's own order: priority (high first), submit time, then seq (and id)."""
+    # One stable sort per key, least significant first: cheaper than tuple keys.
+    ordered = sorted(jobs, key=attrgetter("id"))
+    ordered.sort(key=attrgetter("seq"))
+    ordered.sort(key=attrgetter("submit_time"))
+    ordered.sort(key=attrgetter("priority"), reverse=True)
+    return ordered
+
+
+class FairShareWalk:
+    """Pending jobs in hierarchical fair-share order, produced lazily.
+
+    Every unit with pending work sits in its parent's heap, keyed by the order
+    key; `next()` follows the heap tops down to a project and takes its next
+    job, and keeps taking from that project until something is charged (its
+    jobs are consecutive in the order until then). `charge()` adds a started
+    job's GPU-seconds to its units and re-keys only them: each is the top of
+    its parent's heap at that moment, so one `heapreplace` per level suffices
+    (DESIGN §6b). Units whose work is done are dropped from the heaps when a
+    descent meets them.
+    """
+
+    def __init__(self, tree: UnitTree, jobs: list[PendingJob], *, allocated: bool):
+        self._allocated = allocated
+        self._key = allocated_key if allocated else unallocated_key
+        queues: dict[str, list[PendingJob]] = {}
+        for job in sort_in_project_order(jobs):
+            queues.setdefault(job.project, []).append(job)
+        self._queues = {name: deque(q) for name, q in queues.items()}
+        with_work = {node.name: node for name in self._queues for node in tree.nodes[name].path}
+        self._heaps: dict[str | None, list] = {None: []}
+        for name in sorted(with_work):
+            node = with_work[name]
+            parent = node.parent.name if node.parent is not None else None
+            self._heaps.setdefault(parent, []).append((self._key(node), node.name, node))
+        for heap in self._heaps.values():
+            heapq.heapify(heap)
+        self._path: list[UnitNode] = []
+        # The queue of the project being taken from, until the next charge.
+        self._current: deque[PendingJob] | None = None
+
+    def next(self) -> PendingJob | None:
+        if self._current:
+            return self._current.popleft()
+        queue = self._descend()
+        return queue.popleft() if queue is not None else None
+
+    def _descend(self) -> deque[PendingJob] | None:
+        """Down the heap tops to the project with the next job; drops units with nothing left."""
+        while True:
+            heap = self._heaps[None]
+            if not heap:
+                self._current = None
+                return None
+            path = []
+            while True:
+                node = heap[0][2]
+                children = self._heaps.get(node.name)
+                if children:
+                    path.append(node)
+                    heap = children
+                    continue
+                queue = self._queues.get(node.name)
+                if queue:
+                    path.append(node)
+                    self._path = path
+                    self._current = queue
+                    return queue
+                heapq.heappop(heap)
+                break
+
+    def charge(self, gpu_seconds: float) -> None:
+        """Charge the units of the job `next()` returned last (rule 2)."""
+        for node in self._path:
+            if self._allocated:
+                node.usage += gpu_seconds
+            else:
+                node.unallocated_usage += gpu_seconds
+        for node in reversed(self._path):
+            heap = self._heaps[node.parent.name if node.parent is not None else None]
+            heapq.heapreplace(heap, (self._key(node), node.name, node))
+        self._current = None
+
+    def rest(self) -> Iterator[PendingJob]:
+        """The remaining jobs in order, for when nothing more can start or preempt."""
+        while True:
+            queue = self._current or self._descend()
+            if queue is None:
+                return
+            yield from queue
+            queue.clear()
+            self._current = None

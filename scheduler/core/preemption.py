@@ -1,0 +1,387 @@
+"""Rule 4: which running jobs a pending allocated job may preempt, and which it does.
+
+Candidates are kept in one order for the whole tick, the order victims are
+preferred in: unallocated jobs first, then allocated jobs past their minimum
+runtime of the most over-served projects first (ratio at the start of the
+tick); inside a project resumable jobs first, then the least work lost since
+the last checkpoint, then the fewest GPUs. Candidates sit in per-project
+blocks so that a project the gainer may not take from is skipped at once.
+
+A search walks the order over the blocks the gainer may take from. Each
+candidate counts toward the scope it frees GPUs in (a host for single-host
+jobs, a domain for multi-host ones, the pool for `any`/`preferred` jobs larger
+than any domain, a GPU for a fraction); candidates in scopes where even every
+GPU the gainer may take would not be enough are skipped (those sums are kept
+per set of blocks, updated as victims are taken). The search stops at the
+first scope where the job would fit; victims not needed for that placement
+are then dropped, least preferred first. A search that finds nothing is
+remembered until the next decision.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
+from .fairshare import UnitNode, UnitTree, gpu_amount, may_take_from
+from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, RunningJob
+from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
+
+
+def lost_work(job: RunningJob, now: float) -> float:
+    """GPU-seconds since the last checkpoint (or since start) that preemption loses."""
+    since = job.start_time if job.last_checkpoint is None else max(job.start_time, job.last_checkpoint)
+    return gpu_amount(len(job.gpu_ids), job.gpu_milli) * max(0.0, now - since)
+
+
+@dataclass(eq=False)
+class Candidate:
+    job: RunningJob
+    # What it gives back on each schedulable host.
+    parts: tuple[tuple[HostState, Release], ...]
+    # Milli-GPU it gives back per GPU (for fractions).
+    milli: dict[str, int]
+    lost_work: float = 0.0
+    taken: bool = False
+
+    @classmethod
+    def of(cls, job: RunningJob, capacity: Capacity, now: float) -> Candidate:
+        releases = capacity.releases(job)
+        shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+        milli = {gpu: job.gpu_milli if shared else WHOLE_GPU_MILLI
+                 for gpu in job.gpu_ids if capacity.gpu_host.get(gpu) in releases}
+        parts = tuple((capacity.hosts[name], release) for name, release in releases.items())
+        return cls(job, parts, milli, lost_work(job, now))
+
+
+@dataclass(eq=False)
+class Block:
+    """The candidates of one project, allocated or not, in preference order."""
+
+    unit: UnitNode
+    allocated: bool
+    candidates: list[Candidate] = field(default_factory=list)
+    # Candidates not yet taken.
+    live: int = 0
+
+
+@dataclass(frozen=True)
+class Victim:
+    job: RunningJob
+    # The two sides compared at the common ancestor (None: unallocated victim).
+    sides: tuple[UnitNode, UnitNode] | None
+
+
+@dataclass(frozen=True)
+class VictimPlan:
+    victims: tuple[Victim, ...]
+    # Where the preemptor will start once they have left: (host, GPUs there).
+    parts: tuple[tuple[HostState, int], ...]
+    # GPUs each part's host gets back from the victims.
+    released: dict[str, int]
+
+
+@dataclass(eq=False)
+class _Outlook:
+    """All a set of blocks could give back, per scope; kept up to date as victims are taken."""
+
+    blocks: frozenset[int]
+    host_reach: dict[HostState, int] = field(default_factory=dict)
+    group_reach: dict[Group, int] = field(default_factory=dict)
+    pool_reach: dict[Pool, int] = field(default_factory=dict)
+    # What a job asked -> capacity version at which nothing could be preempted for it.
+    hopeless: dict[tuple, int] = field(default_factory=dict)
+
+    def count(self, candidate: Candidate, sign: int) -> None:
+        for host, release in candidate.parts:
+            gpus = sign * release.gpus
+            self.host_reach[host] = self.host_reach.get(host, 0) + gpus
+            self.group_reach[host.group] = self.group_reach.get(host.group, 0) + gpus
+            self.pool_reach[host.group.pool] = self.pool_reach.get(host.group.pool, 0) + gpus
+
+    def could_fit(self, candidate: Candidate, req: JobRequest, pools: set[Pool]) -> bool:
+        """Could the job fit at all where this candidate frees GPUs? (free plus all reachable; no shape or CPU)"""
+        need = req.gpus
+        for host, _ in candidate.parts:
+            group = host.group
+            pool = group.pool
+            if pool not in pools:
+                continue
+            if req.single_host(pool):
+                if len(host.free) + self.host_reach[host] >= need:
+                    return True
+            elif group.free + self.group_reach[group] >= need:
+                return True
+            elif (req.topology != DOMAIN and need > pool.largest_group
+                  and pool.free + self.pool_reach[pool] >= need):
+                return True
+        return False
+
+
+class Victims:
+    """The running jobs rule 4 may preempt this tick, in preference order."""
+
+    def __init__(self, running: tuple[RunningJob, ...], tree: UnitTree, capacity: Capacity,
+                 leaving: set[str], now: float):
+        self.capacity = capacity
+        blocks: dict[tuple[bool, str], Block] = {}
+        start_ratio = {name: node.ratio for name, node in tree.nodes.items()}
+        for job in sorted(running, key=lambda j: (j.seq, j.id)):
+            if job.state != RUNNING or job.id in leaving:
+                continue
+            if job.allocated and now < job.protected_until:
+                continue
+            candidate = Candidate.of(job, capacity, now)
+            if not candidate.parts:
+                continue
+            unit = tree.nodes[job.project]
+            block = blocks.get((job.allocated, unit.name))
+            if block is None:
+                block = blocks[(job.allocated, unit.name)] = Block(unit, job.allocated)
+            block.candidates.append(candidate)
+            block.live += 1
+        for block in blocks.values():
+            block.candidates.sort(key=lambda c: (not c.job.resumable, c.lost_work,
+                                                 len(c.job.gpu_ids), c.job.seq, c.job.id))
+
+        def block_order(block: Block) -> tuple:
+            if block.allocated:
+                return (1, -start_ratio[block.unit.name], block.unit.name)
+            return (0, -block.unit.unallocated_usage, block.unit.name)
+
+        self.blocks = sorted(blocks.values(), key=block_order)
+        self._where = {c.job.id: (block, c) for block in self.blocks for c in block.candidates}
+        # Candidates not yet taken.
+        self.live = len(self._where)
+        # Bumped when ratios move (charges) and when capacity or candidates do (starts, victims).
+        self._ratios_version = 0
+        self._capacity_version = 0
+        self._eligible: dict[tuple[str, float], tuple[int, list, frozenset[int]]] = {}
+        # Outlooks by the set of blocks they cover (gainers alike share one).
+        self._outlooks: dict[frozenset[int], _Outlook] = {}
+
+    def ratios_changed(self) -> None:
+        self._ratios_version += 1
+
+    def capacity_changed(self) -> None:
+        self._capacity_version += 1
+
+    def take(self, job_ids: set[str]) -> None:
+        """Victims chosen (or jobs moved) this tick are no longer candidates."""
+        for job_id in sorted(job_ids):
+            found = self._where.get(job_id)
+            if found is not None and not found[1].taken:
+                block, candidate = found
+                candidate.taken = True
+                block.live -= 1
+                for outlook in self._outlooks.values():
+                    if id(block) in outlook.blocks:
+                        outlook.count(candidate, -1)
+                self.live -= 1
+        self.capacity_changed()
+
+    def find(self, req: JobRequest, gainer: UnitNode, charge: float, host_ok: HostFilter) -> VictimPlan | None:
+        """The victims whose GPUs would let the job start, or None.
+
+        Only candidates freeing GPUs where the job could fit at all are tried
+        (an upper bound kept per set of blocks the gainer may take from). A
+        search that finds nothing is remembered until the next decision, so
+        jobs like it then cost a lookup.
+        """
+        search = self._search(req, host_ok)
+        eligible, outlook = self._outlook(gainer, charge)
+        # Fractions and jobs with earmarks skip the upper bound (it counts neither).
+        bounded = not (req.shared or req.earmarked)
+        hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
+                        req.protected_for)
+        if bounded and outlook.hopeless.get(hopeless_key) == self._capacity_version:
+            return None
+        for block, sides in eligible:
+            if not block.live:
+                continue
+            for candidate in block.candidates:
+                if candidate.taken or bounded and not outlook.could_fit(candidate, req, search.pools):
+                    continue
+                scope = search.add(candidate, sides)
+                if scope is not None:
+                    return search.plan(scope)
+        scope = search.across_domains()
+        if scope is None:
+            if bounded:
+                outlook.hopeless[hopeless_key] = self._capacity_version
+            return None
+        return search.plan(scope)
+
+    def after(self, req: JobRequest, leaving: list[RunningJob], host_ok: HostFilter) -> VictimPlan | None:
+        """Where a job will start once the jobs preempted for it have left (None: it no longer fits)."""
+        search = self._search(req, host_ok)
+        for job in leaving:
+            scope = search.add(Candidate.of(job, self.capacity, 0.0), None)
+            if scope is not None:
+                return search.plan(scope, prune=False)
+        scope = search.across_domains()
+        return None if scope is None else search.plan(scope, prune=False)
+
+    def _search(self, req: JobRequest, host_ok: HostFilter) -> _Search:
+        return _Search(req, self.capacity, {p for lane in pools_for(req, self.capacity) for p in lane}, host_ok)
+
+    def _outlook(self, gainer: UnitNode, charge: float) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
+        """The blocks the gainer may take from (rule 4), with the sides compared, and what they could give."""
+        cached = self._eligible.get((gainer.name, charge))
+        if cached is None or cached[0] != self._ratios_version:
+            eligible = []
+            for block in self.blocks:
+                sides = None
+                if block.allocated:
+                    sides = may_take_from(gainer, block.unit, charge)
+                    if sides is None:
+                        continue
+                eligible.append((block, sides))
+            cached = self._eligible[(gainer.name, charge)] = (
+                self._ratios_version, eligible, frozenset(id(block) for block, _ in eligible))
+        _, eligible, signature = cached
+        outlook = self._outlooks.get(signature)
+        if outlook is None:
+            outlook = self._outlooks[signature] = _Outlook(signature)
+            for block, _ in eligible:
+                for candidate in block.candidates:
+                    if not candidate.taken:
+                        outlook.count(candidate, +1)
+        return eligible, outlook
+
+
+# A scope: ("host", HostState) | ("gpu", gpu id) | ("group", Group) | ("pool", Pool)
+Scope = tuple[str, object]
+
+
+class _Search:
+    """One victim search: what the chosen candidates would free, per scope."""
+
+    def __init__(self, req: JobRequest, capacity: Capacity, pools: set[Pool], host_ok: HostFilter):
+        self.req = req
+        self.capacity = capacity
+        self.pools = pools
+        self.host_ok = host_ok
+        self.chosen: list[tuple[Candidate, tuple[UnitNode, UnitNode] | None]] = []
+        self.extra: dict[str, Release] = {}
+        self.milli: dict[str, int] = {}
+        self.touched: set[Pool] = set()
+
+    def usable(self, host: HostState) -> bool:
+        return host.group is not None and host.group.pool in self.pools and self.host_ok(host)
+
+    def add(self, candidate: Candidate, sides) -> Scope | None:
+        parts = [(host, release) for host, release in candidate.parts if self.usable(host)]
+        if not parts:
+            return None
+        self.chosen.append((candidate, sides))
+        extra = self.extra
+        for host, release in parts:
+            extra[host.name] = extra.get(host.name, NOTHING) + release
+            self.touched.add(host.group.pool)
+        for gpu, milli in candidate.milli.items():
+            self.milli[gpu] = self.milli.get(gpu, 0) + milli
+        for host, _ in parts:
+            for scope in self._scopes(host, candidate):
+                if self._fits(scope):
+                    return scope
+        return None
+
+    def _scopes(self, host: HostState, candidate: Candidate) -> list[Scope]:
+        if self.req.shared:
+            return [("gpu", gpu) for gpu in sorted(candidate.milli) if self.capacity.gpu_host.get(gpu) == host.name]
+        if self.req.single_host(host.group.pool):
+            return [("host", host)]
+        return [("group", host.group)]
+
+    def _fits(self, scope: Scope, without: Candidate | None = None) -> bool:
+        if without is None:
+            return self._fits_with(scope, None)
+        # Try without one candidate: take its release out in place, then put it back.
+        touched = [(h.name, r) for h, r in without.parts if h.name in self.extra]
+        for name, release in touched:
+            self.extra[name] = self.extra[name] - release
+        try:
+            return self._fits_with(scope, without)
+        finally:
+            for name, release in touched:
+                self.extra[name] = self.extra[name] + release
+
+    def _fits_with(self, scope: Scope, without: Candidate | None) -> bool:
+        kind, where = scope
+        req = self.req
+        extra = self.extra
+        if kind == "host":
+            return room(where, req, extra.get(where.name, NOTHING)) >= req.gpus
+        if kind == "gpu":
+            host = self.capacity.hosts[self.capacity.gpu_host[where]]
+            freed = self.milli.get(where, 0) - (without.milli.get(where, 0) if without is not None else 0)
+            used = host.milli_used.get(where)
+            if used is None:
+                used = 0 if where in host.free else WHOLE_GPU_MILLI
+            if WHOLE_GPU_MILLI - used + freed < req.milli:
+                return False
+            here = extra.get(host.name, NOTHING)
+            return room(host, req, Release(1, here.cpus, here.memory_gib)) >= 1
+        if kind == "group":
+            freed = 0
+            for host in where.hosts:
+                release = extra.get(host.name)
+                if release is not None:
+                    freed += release.gpus
+            if where.free + freed < req.gpus:
+                return False
+            return plan_in_group(where, req, req.gpus, self.usable, extra) is not None
+        return plan_across_groups(list(where.groups.values()), req, self.usable, extra) is not None
+
+    def across_domains(self) -> Scope | None:
+        """For `any`/`preferred` jobs larger than any domain: all the victims of one pool together.
+
+        A job that one domain could hold preempts only within one domain.
+        """
+        if self.req.topology == DOMAIN or self.req.shared:
+            return None
+        for pool in sorted(self.touched, key=lambda p: (p.gpu_type, p.fast_lane)):
+            if self.req.gpus > pool.largest_group and self._fits(("pool", pool)):
+                return ("pool", pool)
+        return None
+
+    def _in_scope(self, candidate: Candidate, scope: Scope) -> bool:
+        kind, where = scope
+        if kind == "gpu":
+            return where in candidate.milli
+        for host, _ in candidate.parts:
+            if self.usable(host) and (
+                (kind == "host" and host is where)
+                or (kind == "group" and host.group is where)
+                or (kind == "pool" and host.group.pool is where)
+            ):
+                return True
+        return False
+
+    def plan(self, scope: Scope, *, prune: bool = True) -> VictimPlan:
+        """Keep the victims of the scope; drop, least preferred first, any not needed."""
+        kept = [(c, sides) for c, sides in self.chosen if self._in_scope(c, scope)]
+        for candidate, sides in reversed(list(kept)) if prune else ():
+            if self._fits(scope, without=candidate):
+                kept.remove((candidate, sides))
+                for host, release in candidate.parts:
+                    if host.name in self.extra:
+                        self.extra[host.name] = self.extra[host.name] - release
+                for gpu, milli in candidate.milli.items():
+                    self.milli[gpu] -= milli
+        released = {name: release.gpus for name, release in self.extra.items()}
+        return VictimPlan(tuple(Victim(c.job, sides) for c, sides in kept), self._parts(scope), released)
+
+    def _parts(self, scope: Scope) -> tuple[tuple[HostState, int], ...]:
+        kind, where = scope
+        if kind == "host":
+            return ((where, self.req.gpus),)
+        if kind == "gpu":
+            return ((self.capacity.hosts[self.capacity.gpu_host[where]], 1),)
+        if kind == "group":
+            parts = plan_in_group(where, self.req, self.req.gpus, self.usable, self.extra)
+        else:
+            parts = plan_across_groups(list(where.groups.values()), self.req, self.usable, self.extra)
+        return tuple(sorted(parts, key=lambda p: p[0].name))
+

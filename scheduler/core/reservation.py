@@ -1,0 +1,149 @@
+"""Rule 5: where and when a job that can't start now could start earliest.
+
+A running job gives its GPUs back to the waiting job when it could be made to
+leave: unallocated jobs now, allocated jobs of units rule 4 lets it take from
+when their protection ends, any job at its maximum runtime; plus the grace
+period. Jobs of units less served than the waiting one's (or of its own
+project) with no maximum runtime never give them back: they are entitled to
+keep them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from .capacity import NOTHING, Capacity, HostState, Release
+from .fairshare import UnitNode, UnitTree, may_take_from
+from .model import DOMAIN, PREEMPTING, Policy, RunningJob
+from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
+
+
+def grace_for(job: RunningJob, policy: Policy) -> float:
+    """SIGTERM to SIGKILL for this job: unallocated jobs were promised nothing and get the shorter one."""
+    return policy.grace_period if job.allocated else policy.unallocated_grace
+
+
+@dataclass(frozen=True)
+class Outlook:
+    """The earliest start a job could have, and on which hosts."""
+
+    start: float
+    domain: str  # empty when the hosts span several domains
+    hosts: tuple[str, ...]
+
+
+class LeaveTimes:
+    """When each running job would give its GPUs to a given waiting job."""
+
+    def __init__(self, tree: UnitTree, leaving: dict[str, float], now: float, policy: Policy):
+        self.tree = tree
+        self.leaving = leaving
+        self.now = now
+        self.policy = policy
+
+    def for_gainer(self, gainer: UnitNode, charge: float) -> Callable[[RunningJob], float]:
+        may: dict[str, bool] = {}
+
+        def leave_time(job: RunningJob) -> float:
+            if job.id in self.leaving:
+                return self.leaving[job.id]
+            if job.state == PREEMPTING:
+                return self.now if job.grace_ends is None else job.grace_ends
+            if not job.allocated:
+                could_go = self.now
+            else:
+                if job.project not in may:
+                    may[job.project] = may_take_from(gainer, self.tree.nodes[job.project], charge) is not None
+                could_go = max(self.now, job.protected_until) if may[job.project] else math.inf
+            if job.max_runtime is not None:
+                could_go = min(could_go, max(self.now, job.start_time + job.max_runtime))
+            return could_go + grace_for(job, self.policy)
+
+        return leave_time
+
+
+def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_time: Callable[[RunningJob], float],
+           fits: Callable[[dict[str, Release]], bool], until: float) -> float:
+    """Earliest time, up to `until`, at which `fits(extra)` holds as the hosts' jobs leave (inf: none)."""
+    names = {h.name for h in hosts}
+    available = sum(len(h.free) + len(h.earmarked.get(req.job_id, ())) for h in hosts)
+    extra: dict[str, Release] = {}
+    if available >= req.gpus and fits(extra):
+        return -math.inf
+    events: dict[str, tuple[float, RunningJob]] = {}
+    for host in hosts:
+        for job in host.jobs:
+            if job.id not in events:
+                events[job.id] = (leave_time(job), job)
+    for when, job in sorted(events.values(), key=lambda e: (e[0], e[1].seq, e[1].id)):
+        if when > until:
+            break
+        for name, release in capacity.releases(job).items():
+            if name in names:
+                extra[name] = extra.get(name, NOTHING) + release
+                available += release.gpus
+        if available >= req.gpus and fits(extra):
+            return when
+    return math.inf
+
+
+def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[RunningJob], float], host_ok: HostFilter,
+                   now: float) -> Outlook | None:
+    """Where the job could start earliest, counting only GPUs it could be given.
+
+    Scopes with the most free GPUs are tried first, so that the best time
+    found early cuts the sweeps of the others short.
+    """
+    best: tuple[float, str, str, tuple[str, ...]] | None = None
+
+    def until() -> float:
+        return math.inf if best is None else best[0]
+
+    def consider(when: float, order: str, domain: str, hosts: Iterable[str]) -> None:
+        nonlocal best
+        when = max(when, now)
+        if when < math.inf and (best is None or (when, order) < best[:2]):
+            best = (when, order, domain, tuple(sorted(hosts)))
+
+    for pools in pools_for(req, capacity):
+        for pool in pools:
+            groups = sorted(pool.groups.values(), key=lambda g: (-g.free, g.domain))
+            if req.shared or req.single_host(pool):
+                hosts = [h for g in groups for h in g.hosts if host_ok(h) and h.gpu_count >= req.gpus]
+                for host in sorted(hosts, key=lambda h: (-len(h.free), h.name)):
+                    when = _sweep([host], req, capacity, leave_time,
+                                  lambda extra, h=host: room(h, req, extra.get(h.name, NOTHING)) >= req.gpus, until())
+                    consider(when, host.name, host.domain, [host.name])
+                continue
+            if req.per_host is not None and req.gpus % req.per_host:
+                continue
+            fitting = [g for g in groups if g.capacity >= req.gpus]
+            for group in fitting:
+                plan: list = []
+
+                def fits(extra, g=group, plan=plan):
+                    found = plan_in_group(g, req, req.gpus, host_ok, extra)
+                    if found is not None:
+                        plan[:] = found
+                    return found is not None
+
+                when = _sweep(group.hosts, req, capacity, leave_time, fits, until())
+                consider(when, group.domain, group.domain, [h.name for h, _ in plan])
+            if not fitting and req.topology != DOMAIN:
+                plan = []
+
+                def fits_across(extra, plan=plan, groups=groups):
+                    found = plan_across_groups(groups, req, host_ok, extra)
+                    if found is not None:
+                        plan[:] = found
+                    return found is not None
+
+                hosts = [h for g in groups for h in g.hosts]
+                when = _sweep(hosts, req, capacity, leave_time, fits_across, until())
+                domains = {capacity.hosts[h.name].domain for h, _ in plan}
+                consider(when, pool.gpu_type, domains.pop() if len(domains) == 1 else "", [h.name for h, _ in plan])
+    if best is None:
+        return None
+    return Outlook(start=best[0], domain=best[2], hosts=best[3])
