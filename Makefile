@@ -39,7 +39,10 @@ run: install
 	@echo "Allot is at http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/docs/)"
 	@echo "Demo logins, password allot-demo: alice, bob, carol, dan, erin (researchers),"
 	@echo "  pat, lee, mia (managers), olga (on-call), admin (admin). Ctrl-C stops."
+	@echo "The scheduler ticks in the background and submits a steady demo workload."
 	@echo
+	@$(RUN_ENV) $(PY) manage.py run_scheduler --demo-load & scheduler=$$!; \
+	trap 'kill $$scheduler 2>/dev/null; wait $$scheduler 2>/dev/null' EXIT INT TERM; \
 	$(RUN_ENV) $(PY) manage.py runserver --noreload $(HOST):$(PORT)
 
 test: install-test

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from budgets.models import Allocation, AllocationChange, Membership, Unit
+from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit
 
 
 class MembershipInline(admin.TabularInline):
@@ -26,8 +26,8 @@ class MembershipAdmin(admin.ModelAdmin):
 class AllocationAdmin(admin.ModelAdmin):
     """Shares are read here; change them through the budget pages so the ledger records who and why."""
 
-    list_display = ["unit", "cluster", "share_percent", "valid_from", "valid_to"]
-    list_filter = ["cluster"]
+    list_display = ["unit", "cluster", "share_percent", "valid_from", "valid_to", "temporary", "budget_request"]
+    list_filter = ["cluster", "temporary"]
     search_fields = ["unit__name"]
 
     def has_add_permission(self, request):
@@ -45,6 +45,25 @@ class AllocationChangeAdmin(admin.ModelAdmin):
     list_display = ["at", "unit", "cluster", "before_percent", "after_percent", "actor", "source", "reason"]
     list_filter = ["source", "cluster"]
     search_fields = ["unit__name", "actor", "reason"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(BudgetRequest)
+class BudgetRequestAdmin(admin.ModelAdmin):
+    """Read here; requests are filed and decided on the budget pages, where the rules are checked."""
+
+    list_display = ["pk", "unit", "cluster", "requested_by", "requested_percent", "status", "granted_percent",
+                    "decided_by", "created_at"]
+    list_filter = ["status", "cluster"]
+    search_fields = ["unit__name", "requested_by__username", "justification", "comment"]
 
     def has_add_permission(self, request):
         return False

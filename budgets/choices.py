@@ -11,3 +11,15 @@ class ChangeSource(models.TextChoices):
     REQUEST = "request", "approved request"
     DIRECT = "direct", "direct edit"
     EXPIRY = "expiry", "expiry"
+
+
+class RequestStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    APPROVED = "approved", "approved"
+    DENIED = "denied", "denied"
+    ESCALATED = "escalated", "escalated"
+    CANCELLED = "cancelled", "cancelled"
+
+
+# A request still waiting for someone: the one decision that may be open per unit and cluster.
+OPEN_STATUSES = (RequestStatus.PENDING, RequestStatus.ESCALATED)

@@ -5,18 +5,21 @@ units it lists: their parents, members, managers and shares. Every share that
 changes is recorded in the allocation ledger with the loader as actor.
 """
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
 from budgets.choices import ChangeSource, Role
-from budgets.models import Allocation, AllocationChange, Membership, Unit
+from budgets.models import Allocation, Membership, Unit
 from budgets.permissions import ONCALL_GROUP
+from budgets.services import apply_share, check_children_fit
 from topology.loaders import LoadError, read_yaml
 from topology.models import Cluster
 
@@ -80,8 +83,13 @@ def _names(value, where: str, problems: list[str]) -> list[str]:
     return list(value)
 
 
-def parse_org(data) -> OrgSpec:
-    """Check an org spec against itself and the database; raise LoadError listing every problem."""
+def parse_org(data, *, clusters: Collection[str] | None = None) -> OrgSpec:
+    """Check an org spec against itself and the database; raise LoadError listing every problem.
+
+    With `clusters` (names), shares are checked against those instead and
+    the database is not read at all: users are then checked only against
+    the file's own `users` list where it has one (the simulator's use).
+    """
     problems: list[str] = []
     if not isinstance(data, dict):
         raise LoadError(["the file must be a mapping with units (and optionally users)"])
@@ -126,10 +134,15 @@ def parse_org(data) -> OrgSpec:
             )
         )
 
-    known_users = seen_users | set(
-        get_user_model().objects.values_list("username", flat=True)
-    )
-    clusters = set(Cluster.objects.values_list("name", flat=True))
+    from_database = clusters is None
+    if from_database:
+        known_users = seen_users | set(get_user_model().objects.values_list("username", flat=True))
+        clusters = set(Cluster.objects.values_list("name", flat=True))
+    else:
+        # No database: a file without a users list names people we cannot check.
+        known_users = seen_users if raw_users else None
+        clusters = set(clusters)
+    hint = " (load it first)" if from_database else f" (the cluster file defines {', '.join(sorted(clusters))})"
 
     units: list[UnitSpec] = []
     seen_units: dict[str, str] = {}
@@ -162,7 +175,7 @@ def parse_org(data) -> OrgSpec:
             for role in ("managers", "members"):
                 names = _names(entry.get(role), f"{where}.{role}", problems)
                 for username in names:
-                    if username not in known_users:
+                    if known_users is not None and username not in known_users:
                         problems.append(f"{where}.{role}: unknown user {username!r} (add it under users)")
                 setattr(spec, role, names)
             raw_share = entry.get("share") or {}
@@ -171,7 +184,7 @@ def parse_org(data) -> OrgSpec:
                 raw_share = {}
             for cluster_name, value in raw_share.items():
                 if cluster_name not in clusters:
-                    problems.append(f"{where}.share.{cluster_name}: no such cluster (load it first)")
+                    problems.append(f"{where}.share.{cluster_name}: no such cluster{hint}")
                     continue
                 percent = _percent(value, f"{where}.share.{cluster_name}", problems)
                 if percent is not None:
@@ -233,6 +246,7 @@ def apply_org(spec: OrgSpec, *, actor: str = LOADER_ACTOR, reason: str = "org fi
             changes["users"] += 1
 
     users = {user.username: user for user in User.objects.all()}
+    touched: set[tuple[int | None, str]] = set()
     units = {unit.name: unit for unit in Unit.objects.all()}
     clusters = {cluster.name: cluster for cluster in Cluster.objects.all()}
 
@@ -264,18 +278,25 @@ def apply_org(spec: OrgSpec, *, actor: str = LOADER_ACTOR, reason: str = "org fi
             after = unit_spec.shares.get(cluster_name)
             if before is not None and after is not None and before.share_percent == after:
                 continue
-            if before is not None:
-                before.valid_to = now
-                before.save(update_fields=["valid_to"])
-            if after is not None:
-                Allocation.objects.create(
-                    unit=unit, cluster=clusters[cluster_name], share_percent=after, valid_from=now
-                )
-            AllocationChange.objects.create(
-                unit=unit, cluster=clusters[cluster_name], at=now, actor=actor, source=ChangeSource.LOADER,
-                reason=reason, before_percent=before.share_percent if before else None, after_percent=after,
+            # The same timeline rules as a direct edit: from now on, up to any scheduled permanent change.
+            apply_share(
+                unit=unit, cluster=clusters[cluster_name], start=now, end=None, share=after, actor=actor,
+                source=ChangeSource.LOADER, reason=reason, now=now,
             )
+            touched.add((unit.parent_id, cluster_name))
             changes["allocations"] += 1
+
+    # Scheduled grants (future-dated or time-limited) must still fit under the new shares.
+    problems = []
+    for parent_id, cluster_name in sorted(touched, key=lambda key: (key[0] or 0, key[1])):
+        parent = Unit.objects.get(pk=parent_id) if parent_id else None
+        try:
+            check_children_fit(parent, clusters[cluster_name], now=now)
+        except ValidationError as error:
+            problems.extend(message for messages in error.message_dict.values() for message in messages)
+    if problems:
+        raise LoadError([f"{problem} (counting grants already scheduled and units the file does not list)"
+                         for problem in problems])
     return changes
 
 

@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from budgets.choices import ChangeSource, Role
+from budgets.choices import OPEN_STATUSES, ChangeSource, RequestStatus, Role
 
 
 class UnitQuerySet(models.QuerySet):
@@ -82,6 +82,17 @@ class Allocation(models.Model):
     )
     valid_from = models.DateTimeField(default=timezone.now)
     valid_to = models.DateTimeField(null=True, blank=True)
+    temporary = models.BooleanField(
+        default=False, help_text="A time-limited grant (or room lent to one): valid_to is when it expires.",
+    )
+    resumes = models.BooleanField(default=False, help_text="The share coming back after a temporary grant.")
+    budget_request = models.ForeignKey(
+        "BudgetRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="allocations",
+        help_text="The approved request that set this share, if any.",
+    )
+    end_recorded = models.BooleanField(
+        default=False, help_text="The end of this period is in the ledger (its expiry, or the change that cut it).",
+    )
 
     objects = AllocationQuerySet.as_manager()
 
@@ -113,9 +124,25 @@ class AllocationChange(models.Model):
     reason = models.CharField(max_length=2000)
     before_percent = models.DecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
     after_percent = models.DecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
+    # The period the change applies to (empty for the org loader's changes, which apply from `at` on).
+    valid_from = models.DateTimeField(null=True, blank=True)
+    valid_to = models.DateTimeField(null=True, blank=True)
+    allocation = models.ForeignKey(
+        Allocation, null=True, blank=True, on_delete=models.SET_NULL, related_name="changes",
+        help_text="The period this change opened (or, for an expiry, the one that ended).",
+    )
+    budget_request = models.ForeignKey(
+        "BudgetRequest", null=True, blank=True, on_delete=models.SET_NULL, related_name="changes",
+    )
 
     class Meta:
         ordering = ["-at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["allocation"], condition=Q(source=ChangeSource.EXPIRY),
+                name="%(app_label)s_%(class)s_one_expiry_per_allocation",
+            ),
+        ]
 
     def __str__(self):
         return f"{self.unit} on {self.cluster}: {self.before_percent} → {self.after_percent} by {self.actor}"
@@ -127,3 +154,96 @@ class AllocationChange(models.Model):
 
     def delete(self, *args, **kwargs):
         raise ValueError("allocation changes are append-only")
+
+
+class BudgetRequestQuerySet(models.QuerySet):
+    def open(self):
+        return self.filter(status__in=OPEN_STATUSES)
+
+    def pending(self):
+        return self.filter(status=RequestStatus.PENDING)
+
+
+class BudgetRequest(models.Model):
+    """A member asks for a new or changed share of a cluster for their unit; a manager above decides."""
+
+    unit = models.ForeignKey(Unit, on_delete=models.PROTECT, related_name="budget_requests")
+    cluster = models.ForeignKey("topology.Cluster", on_delete=models.PROTECT, related_name="budget_requests")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="budget_requests",
+    )
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    requested_percent = models.DecimalField(
+        max_digits=5, decimal_places=2,
+        help_text="Percent of the parent's share (of the cluster, for a top-level unit).",
+    )
+    starts_at = models.DateTimeField(null=True, blank=True, help_text="Empty: as soon as it is approved.")
+    ends_at = models.DateTimeField(null=True, blank=True, help_text="Empty: until changed again.")
+    justification = models.CharField(max_length=2000)
+    # What the parent held when the request was made, so the amount asked can be read in GPU-hours later.
+    parent_fraction_at_request = models.FloatField(default=1.0)
+
+    status = models.CharField(
+        max_length=16, choices=RequestStatus.choices, default=RequestStatus.PENDING, db_index=True,
+    )
+    decider_unit = models.ForeignKey(
+        Unit, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="Managers of this unit (or above) decide; empty: the operators (superusers).",
+    )
+    granted_percent = models.DecimalField(max_digits=5, decimal_places=2, null=True, blank=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    comment = models.CharField(max_length=2000, blank=True)
+    allocation = models.ForeignKey(
+        Allocation, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="The allocation period the approval created.",
+    )
+    escalated_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="escalations",
+        help_text="The request this one asks room for, one level up.",
+    )
+    origin = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="+",
+        help_text="The first request of an escalation chain.",
+    )
+
+    objects = BudgetRequestQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["status", "decider_unit"], name="budgets_request_waiting")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(requested_percent__gte=0) & Q(requested_percent__lte=100),
+                name="%(app_label)s_%(class)s_requested_in_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(granted_percent__isnull=True) | (Q(granted_percent__gte=0) & Q(granted_percent__lte=100)),
+                name="%(app_label)s_%(class)s_granted_in_range",
+            ),
+            models.CheckConstraint(
+                condition=Q(starts_at__isnull=True) | Q(ends_at__isnull=True) | Q(ends_at__gt=models.F("starts_at")),
+                name="%(app_label)s_%(class)s_valid_period",
+            ),
+        ]
+
+    def __str__(self):
+        return f"request #{self.pk}: {self.unit} {self.requested_percent} % on {self.cluster} ({self.status})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status in OPEN_STATUSES
+
+    @property
+    def is_time_limited(self) -> bool:
+        return self.ends_at is not None
+
+    def effective_start(self, now):
+        """An approved share starts at `starts_at`, or at approval when that is empty or already past."""
+        return max(self.starts_at, now) if self.starts_at else now
+
+    def requested_fraction(self) -> float:
+        """The amount asked, as a fraction of the cluster, at the parent's share when it was asked."""
+        return float(self.requested_percent) / 100 * self.parent_fraction_at_request

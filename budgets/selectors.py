@@ -1,12 +1,25 @@
-"""Reads for the org pages and API."""
+"""Reads for the org and budget pages and the API: a handful of set-based queries each."""
 
-from dataclasses import dataclass
-from decimal import Decimal
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import ROUND_FLOOR, Decimal
 
-from budgets.choices import Role
-from budgets.models import Allocation, Membership, Unit
+from django.db import connection
+from django.db.models import Count, Q, Sum
+
+from budgets.choices import RequestStatus, Role
+from budgets.lib.timeline import Period, peak_total, permanent_boundary, share_at
+from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit
+from budgets.permissions import managed_unit_ids
 
 HOURS_PER_WEEK = 168
+HUNDRED = Decimal(100)
+CENT = Decimal("0.01")
+# The usage plot: about this many buckets over the window (hourly for 7 days).
+PLOT_BUCKETS = 168
+# How far ahead the plot shows scheduled changes of the entitlement.
+PLOT_HORIZON = timedelta(days=30)
 
 
 @dataclass
@@ -66,3 +79,347 @@ def people_by_unit() -> dict[int, dict[str, list[str]]]:
     ):
         people.setdefault(unit_id, {Role.MANAGER: [], Role.MEMBER: []})[role].append(username)
     return people
+
+
+def share_of_cluster(unit: Unit, cluster, at=None) -> float:
+    """The fraction of `cluster` the unit is entitled to: its share times every ancestor's; 0 without one."""
+    chain = [unit, *unit.ancestors()]
+    percents = dict(
+        Allocation.objects.current(at).filter(cluster=cluster, unit__in=chain).values_list("unit_id", "share_percent")
+    )
+    fraction = 1.0
+    for member in chain:
+        if member.pk not in percents:
+            return 0.0
+        fraction *= float(percents[member.pk]) / 100
+    return fraction
+
+
+# ---------------------------------------------------------------- timelines and room
+
+
+def period_of(row: Allocation) -> Period:
+    return Period(
+        start=row.valid_from, end=row.valid_to, share=row.share_percent, temporary=row.temporary,
+        resumes=row.resumes, request_id=row.budget_request_id, row_id=row.pk,
+    )
+
+
+def unit_timeline(unit: Unit, cluster, *, since: datetime) -> list[Period]:
+    """The unit's periods on the cluster still in effect or to come at `since`."""
+    rows = (
+        Allocation.objects.filter(unit=unit, cluster=cluster)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=since))
+        .order_by("valid_from")
+    )
+    return [period_of(row) for row in rows]
+
+
+def children_timelines(parent: Unit | None, cluster, *, since: datetime) -> dict[int, list[Period]]:
+    """Unit id → periods still in effect or to come, for every child of `parent` (top-level units for None)."""
+    rows = (
+        Allocation.objects.filter(cluster=cluster, unit__parent=parent)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=since))
+        .order_by("unit_id", "valid_from")
+    )
+    timelines: dict[int, list[Period]] = {}
+    for row in rows:
+        timelines.setdefault(row.unit_id, []).append(period_of(row))
+    return timelines
+
+
+def span_end(unit: Unit, cluster, start: datetime, end: datetime | None, now: datetime) -> datetime | None:
+    """Until when a change from `start` applies: its end, or the unit's next scheduled permanent change."""
+    return end if end is not None else permanent_boundary(unit_timeline(unit, cluster, since=now), start)
+
+
+def room_for(unit: Unit, cluster, *, start: datetime, end: datetime | None, now: datetime) -> dict:
+    """How much of its parent `unit` may hold during [start, end): 100 % less its siblings' peak, and when."""
+    others = children_timelines(unit.parent, cluster, since=now)
+    others.pop(unit.pk, None)
+    held, at = peak_total(others.values(), start=start, end=end)
+    return {"room": max(HUNDRED - held, Decimal(0)), "held": held, "at": at}
+
+
+def suggested_take_from(unit: Unit, cluster, granted: Decimal, *, at: datetime) -> dict[int, Decimal]:
+    """Siblings' shares lowered in proportion so that `granted` fits: unit id → suggested share.
+
+    When the parent has just grown (an approved escalation), this keeps every
+    sibling's GPU-hours as they were.
+    """
+    shares = {
+        row.unit_id: row.share_percent
+        for row in Allocation.objects.current(at).filter(cluster=cluster, unit__parent=unit.parent).exclude(unit=unit)
+    }
+    held = sum(shares.values(), Decimal(0))
+    if held <= 0 or held + granted <= HUNDRED:
+        return shares
+    factor = max(HUNDRED - granted, Decimal(0)) / held
+    return {pk: (share * factor).quantize(CENT, rounding=ROUND_FLOOR) for pk, share in shares.items()}
+
+
+def scheduled_periods(unit: Unit, cluster, *, now: datetime) -> list[Allocation]:
+    """The period in effect and those to come, with the requests that set them."""
+    return list(
+        Allocation.objects.filter(unit=unit, cluster=cluster)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=now))
+        .select_related("budget_request")
+        .order_by("valid_from")
+    )
+
+
+# ---------------------------------------------------------------- budgets with usage
+
+
+@dataclass
+class UnitBudget:
+    """One unit on one cluster: its share, what it is entitled to, what it used, and what waits."""
+
+    unit: Unit
+    depth: int
+    percent_of_parent: Decimal | None
+    fraction_of_cluster: float
+    gpu_hours_per_week: float
+    entitled_gpu_hours: float  # over the fair-share window
+    usage_gpu_hours: float  # allocated (charged) GPU-hours in the window, subtree included
+    unallocated_gpu_hours: float  # free GPU-hours in the window: shown, never charged
+    pending_gpus: int  # GPUs asked for by pending allocated jobs, subtree included
+    pending_unallocated_gpus: int
+    children_percent: Decimal = Decimal(0)  # what its children hold of it now
+    open_requests: int = 0
+    people: dict = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float | None:
+        """usage / entitled (DESIGN §3 rule 2); None when entitled to nothing."""
+        return self.usage_gpu_hours / self.entitled_gpu_hours if self.entitled_gpu_hours > 0 else None
+
+    @property
+    def percent_of_cluster(self) -> float:
+        return self.fraction_of_cluster * 100
+
+    @property
+    def room_percent(self) -> Decimal:
+        return max(HUNDRED - self.children_percent, Decimal(0))
+
+
+def pending_gpus_by_project(cluster) -> dict[int, tuple[int, int]]:
+    """Project id → (allocated, unallocated) GPUs asked for by pending jobs; one grouped query."""
+    from scheduler.models import Job
+
+    rows = (
+        Job.objects.pending().filter(cluster=cluster).values("project_id")
+        .annotate(
+            allocated=Sum("gpus", filter=Q(min_runtime__gt=0), default=0),
+            unallocated=Sum("gpus", filter=Q(min_runtime=0), default=0),
+        )
+        .order_by()
+    )
+    return {row["project_id"]: (row["allocated"], row["unallocated"]) for row in rows}
+
+
+def budget_tree(cluster, *, now: datetime, healthy_gpus: int | None = None) -> list[UnitBudget]:
+    """Every unit in tree order with share, entitlement, window usage, ratio and pending demand on `cluster`."""
+    from scheduler.usage import project_usage, roll_up
+
+    healthy = cluster.gpu_counts()["healthy"] if healthy_gpus is None else healthy_gpus
+    window_hours = cluster.window_seconds / 3600
+    shares = unit_shares(cluster, healthy, now)
+    parents = {row.unit.pk: row.unit.parent_id for row in shares}
+    usage = roll_up(project_usage(cluster, now=now), parents)
+    pending: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+    for project_id, (allocated, unallocated) in pending_gpus_by_project(cluster).items():
+        node = project_id
+        while node is not None:
+            pending[node][0] += allocated
+            pending[node][1] += unallocated
+            node = parents.get(node)
+    children_percent: dict[int, Decimal] = defaultdict(Decimal)
+    for row in shares:
+        if row.unit.parent_id is not None and row.percent_of_parent is not None:
+            children_percent[row.unit.parent_id] += row.percent_of_parent
+    open_requests = dict(
+        BudgetRequest.objects.open().filter(cluster=cluster).values("unit_id").annotate(n=Count("id"))
+        .values_list("unit_id", "n").order_by()
+    )
+    people = people_by_unit()
+    rows = []
+    for row in shares:
+        used = usage.get(row.unit.pk)
+        rows.append(UnitBudget(
+            unit=row.unit, depth=row.depth, percent_of_parent=row.percent_of_parent,
+            fraction_of_cluster=row.fraction_of_cluster,
+            gpu_hours_per_week=row.fraction_of_cluster * healthy * HOURS_PER_WEEK,
+            entitled_gpu_hours=row.fraction_of_cluster * healthy * window_hours,
+            usage_gpu_hours=used.allocated / 3600 if used else 0.0,
+            unallocated_gpu_hours=used.unallocated / 3600 if used else 0.0,
+            pending_gpus=pending[row.unit.pk][0] if row.unit.pk in pending else 0,
+            pending_unallocated_gpus=pending[row.unit.pk][1] if row.unit.pk in pending else 0,
+            children_percent=children_percent.get(row.unit.pk, Decimal(0)),
+            open_requests=open_requests.get(row.unit.pk, 0),
+            people=people.get(row.unit.pk, {}),
+        ))
+    return rows
+
+
+def top_level_percent(cluster, *, at: datetime) -> Decimal:
+    return sum(
+        Allocation.objects.current(at).filter(cluster=cluster, unit__parent__isnull=True)
+        .values_list("share_percent", flat=True),
+        Decimal(0),
+    )
+
+
+def subtree_ids(unit: Unit) -> set[int]:
+    """The unit and every unit under it; one query."""
+    children: dict[int | None, list[int]] = defaultdict(list)
+    for pk, parent_id in Unit.objects.values_list("pk", "parent_id"):
+        children[parent_id].append(pk)
+    found, stack = set(), [unit.pk]
+    while stack:
+        pk = stack.pop()
+        if pk not in found:
+            found.add(pk)
+            stack.extend(children[pk])
+    return found
+
+
+def usage_vs_entitlement(unit: Unit, cluster, *, now: datetime, healthy_gpus: int) -> dict:
+    """The unit page's plot: GPUs used per bucket over the window (allocated, unallocated) and GPUs entitled.
+
+    Entitlement is the unit's fraction of the cluster (its share times every
+    ancestor's, as it stood at each moment) times today's healthy GPUs; it runs
+    on into scheduled changes of the next weeks.
+    """
+    from scheduler.usage import usage_series
+
+    window = cluster.window_seconds
+    bucket = max(60, window // PLOT_BUCKETS)
+    start = now - timedelta(seconds=window)
+    projects = subtree_ids(unit)
+    series = usage_series(cluster, start=start, end=now, bucket_seconds=bucket)
+    count = max(1, -(-window // bucket))
+    allocated, unallocated = [0.0] * count, [0.0] * count
+    for project_id, buckets in series.items():
+        if project_id in projects:
+            for index, used in enumerate(buckets):
+                allocated[index] += used.allocated / bucket
+                unallocated[index] += used.unallocated / bucket
+    centres = [start + timedelta(seconds=(index + 0.5) * bucket) for index in range(count)]
+
+    chain = [unit, *unit.ancestors()]
+    rows = list(
+        Allocation.objects.filter(cluster=cluster, unit__in=chain)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
+        .filter(valid_from__lt=now + PLOT_HORIZON)
+        .order_by("valid_from")
+    )
+    timelines: dict[int, list[Period]] = defaultdict(list)
+    for row in rows:
+        timelines[row.unit_id].append(period_of(row))
+    future = [moment for row in rows for moment in (row.valid_from, row.valid_to)
+              if moment is not None and now < moment < now + PLOT_HORIZON]
+    horizon = max(future) + timedelta(days=1) if future else now
+    moments = sorted({start, *(m for row in rows for m in (row.valid_from, row.valid_to)
+                               if m is not None and start < m < horizon)})
+
+    def entitled_at(at):
+        fraction = 1.0
+        for member in chain:
+            found = share_at(timelines.get(member.pk, []), at)
+            if found is None:
+                return 0.0
+            fraction *= float(found.share) / 100
+        return fraction * healthy_gpus
+
+    steps = [entitled_at(moment) for moment in moments]
+    return {
+        "x": [moment.isoformat() for moment in centres],
+        "allocated": [round(value, 3) for value in allocated],
+        "unallocated": [round(value, 3) for value in unallocated],
+        "entitled_x": [moment.isoformat() for moment in moments] + [horizon.isoformat()],
+        "entitled": [round(value, 3) for value in steps] + [round(steps[-1], 3)],
+        "now": now.isoformat(),
+        "bucket_seconds": bucket,
+    }
+
+
+def unit_history(unit: Unit, cluster=None, *, limit: int = 200) -> list[AllocationChange]:
+    changes = AllocationChange.objects.filter(unit=unit).select_related("cluster", "budget_request")
+    if cluster is not None:
+        changes = changes.filter(cluster=cluster)
+    return list(changes[:limit])
+
+
+# ---------------------------------------------------------------- requests: who sees and decides what
+
+
+def _decidable_filter(user) -> Q:
+    managed = managed_unit_ids(user)
+    decidable = Q(decider_unit_id__in=managed) if managed else Q(pk__in=[])
+    if user.is_superuser:
+        decidable |= Q(decider_unit__isnull=True)
+    return decidable
+
+
+def _own_filter(user) -> Q:
+    return Q(requested_by=user) | Q(origin__requested_by=user)
+
+
+def visible_requests(user):
+    """A user sees their own requests (and the escalations made for them) and those they may decide."""
+    return (
+        BudgetRequest.objects.filter(_own_filter(user) | _decidable_filter(user))
+        .select_related("unit__parent", "cluster", "requested_by", "decided_by", "decider_unit", "origin")
+    )
+
+
+def waiting_for(user):
+    """Pending requests this user may decide (never their own)."""
+    return (
+        visible_requests(user).filter(_decidable_filter(user), status=RequestStatus.PENDING)
+        .exclude(_own_filter(user))
+    )
+
+
+def waiting_count(user) -> int:
+    """How many pending requests wait for this user's decision: one query, for the nav on every page."""
+    if not user.is_authenticated:
+        return 0
+    requests, memberships, units = (
+        BudgetRequest._meta.db_table, Membership._meta.db_table, Unit._meta.db_table,
+    )
+    sql = f"""
+        WITH RECURSIVE managed(id) AS (
+            SELECT unit_id FROM {memberships} WHERE user_id = %s AND role = %s
+            UNION
+            SELECT child.id FROM {units} child JOIN managed ON child.parent_id = managed.id
+        )
+        SELECT COUNT(*) FROM {requests} request
+        LEFT JOIN {requests} origin ON origin.id = request.origin_id
+        WHERE request.status = %s
+          AND request.requested_by_id <> %s
+          AND (origin.id IS NULL OR origin.requested_by_id <> %s)
+          AND (request.decider_unit_id IN (SELECT id FROM managed)
+               OR (request.decider_unit_id IS NULL AND %s))
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [user.pk, Role.MANAGER, RequestStatus.PENDING, user.pk, user.pk, bool(user.is_superuser)])
+        return cursor.fetchone()[0]
+
+
+def deciders(budget_request: BudgetRequest) -> list[str]:
+    """Usernames of who may decide the request now (the requester excluded)."""
+    from django.contrib.auth import get_user_model
+
+    from budgets.permissions import requesters_of
+
+    excluded = requesters_of(budget_request)
+    if budget_request.decider_unit is None:
+        users = get_user_model().objects.filter(is_superuser=True)
+    else:
+        chain = [budget_request.decider_unit, *budget_request.decider_unit.ancestors()]
+        users = get_user_model().objects.filter(
+            memberships__unit__in=chain, memberships__role=Role.MANAGER
+        )
+    return sorted({user.get_username() for user in users.exclude(pk__in=excluded)})

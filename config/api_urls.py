@@ -5,16 +5,20 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.authtoken.views import obtain_auth_token
 from rest_framework.routers import DefaultRouter
 
-from budgets.api.views import UnitViewSet
+from budgets.api.views import BudgetRequestViewSet, UnitViewSet
+from scheduler.api.views import HeartbeatView, JobViewSet
 from topology.api.views import ClusterViewSet, HostViewSet
 
 router = DefaultRouter()
 router.register("clusters", ClusterViewSet)
 router.register("hosts", HostViewSet)
 router.register("units", UnitViewSet)
+router.register("budget-requests", BudgetRequestViewSet)
+router.register("jobs", JobViewSet)
 
 urlpatterns = [
     path("v1/auth/token/", obtain_auth_token, name="api-token"),
+    path("v1/agent/heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),
     path("v1/", include(router.urls)),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),

@@ -1,11 +1,14 @@
 from django.urls import reverse
 
 from budgets.permissions import is_oncall
+from budgets.selectors import waiting_count
 
 # (label, url name, path prefixes that mark it current)
 NAV = [
+    ("Queue", "queue-home", ("/queue", "/jobs")),
     ("Clusters", "cluster-list", ("/clusters", "/hosts")),
-    ("Org", "org-tree", ("/org",)),
+    ("Budgets", "budget-overview", ("/budgets", "/org")),
+    ("Repairs", "repairs", ("/repairs",)),
 ]
 
 
@@ -18,4 +21,18 @@ def navigation(request):
         {"label": label, "url": reverse(name), "active": any(path.startswith(p) for p in prefixes)}
         for label, name, prefixes in NAV
     ]
-    return {"nav_items": items, "is_oncall": is_oncall(user)}
+    waiting = waiting_count(user)
+    if waiting:
+        budgets = next(item for item in items if item["label"] == "Budgets")
+        budgets["badge"] = waiting
+        budgets["badge_title"] = f"{waiting} budget request{'s' if waiting != 1 else ''} waiting for your decision"
+    oncall = is_oncall(user)
+    if oncall:
+        from topology.selectors import needs_repair_count
+
+        broken = needs_repair_count()
+        if broken:
+            repairs = next(item for item in items if item["label"] == "Repairs")
+            repairs["badge"] = broken
+            repairs["badge_title"] = f"{broken} host{'s' if broken != 1 else ''} drained or down, waiting for repair"
+    return {"nav_items": items, "is_oncall": oncall, "budget_requests_waiting": waiting}

@@ -5,8 +5,10 @@ REDIS_URL      absent: no broker; Celery tasks run eagerly in-process
 SECRET_KEY     required unless DEBUG
 DEBUG          default off
 ALLOWED_HOSTS  comma-separated; default localhost names
+METRICS_TOKEN  when set, /metrics wants `Authorization: Bearer <token>`
 """
 
+import os
 from pathlib import Path
 
 import plotly
@@ -81,6 +83,10 @@ DATABASES = {
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     Path(DATABASES["default"]["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    # Tests use a file too (one per test run), so the live server and worker processes share it.
+    DATABASES["default"]["TEST"] = {
+        "NAME": str(Path(DATABASES["default"]["NAME"]).with_name(f"test-allot-{os.getpid()}.sqlite3"))
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -145,6 +151,18 @@ CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
 # How often the scheduler loop ticks when no cluster says otherwise (seconds).
 ALLOT_TICK_SECONDS = env_int("ALLOT_TICK_SECONDS", 5)
+CELERY_BEAT_SCHEDULE = {
+    # A tick that waited longer than one interval is dropped: the next one supersedes it.
+    "scheduler-tick": {
+        "task": "scheduler.tick", "schedule": float(ALLOT_TICK_SECONDS), "options": {"expires": ALLOT_TICK_SECONDS},
+    },
+}
+# Simulated executor: how many seconds of a job's work pass in one real second.
+ALLOT_SIMULATION_SPEED = env_int("ALLOT_SIMULATION_SPEED", 60)
+# The dashboards' history: the tick keeps one sample of each cluster this often (seconds).
+ALLOT_SAMPLE_SECONDS = env_int("ALLOT_SAMPLE_SECONDS", 60)
+# /metrics: when set, scrapers must send `Authorization: Bearer <token>`; empty: open (the usual for Prometheus).
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 
 LOGGING = {
     "version": 1,

@@ -2,6 +2,8 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from scheduler.metrics import metrics_view
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -9,4 +11,6 @@ urlpatterns = [
     path("api/", include("config.api_urls")),
     path("", include("topology.urls")),
     path("", include("budgets.urls")),
+    path("", include("scheduler.urls")),
+    path("metrics", metrics_view, name="metrics"),
 ]

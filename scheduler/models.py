@@ -55,6 +55,19 @@ class Job(models.Model):
     pending_reason = models.CharField(max_length=1000, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
 
+    # A stop in progress (preemption, cancel, limit): why, and when SIGKILL falls.
+    stop_cause = models.CharField(max_length=200, blank=True)
+    stop_deadline = models.DateTimeField(null=True, blank=True)
+    # The job this one makes room for; its GPUs stay reserved for it meanwhile.
+    preempted_for = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="preempted_victims"
+    )
+
+    # Simulated executor only: seconds of work the job needs, and done so far
+    # (up to its last checkpoint, for a resumable job that was preempted).
+    simulated_duration = models.PositiveIntegerField(null=True, blank=True)
+    work_done = models.FloatField(default=0)
+
     objects = JobQuerySet.as_manager()
 
     class Meta:
@@ -99,6 +112,11 @@ class Job(models.Model):
     @property
     def gpu_types(self) -> list[str]:
         return [t for t in self.gpu_type.split("|") if t]
+
+    @property
+    def run(self) -> int:
+        """Number of the current run: 0 for the first, +1 at every requeue."""
+        return self.restarts
 
 
 class JobEvent(models.Model):
@@ -147,3 +165,118 @@ class GpuAssignment(models.Model):
 
     def __str__(self):
         return f"{self.gpu} → job {self.job_id}"
+
+
+class JobProcess(models.Model):
+    """One rank of one run of a job on one host, as its agent reports it."""
+
+    class State(models.TextChoices):
+        ASSIGNED = "assigned", "assigned"
+        RUNNING = "running", "running"
+        EXITED = "exited", "exited"
+        LOST = "lost", "lost"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="processes")
+    host = models.ForeignKey("topology.Host", on_delete=models.PROTECT, related_name="processes")
+    run = models.PositiveIntegerField()
+    rank = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=State.choices, default=State.ASSIGNED)
+    pid = models.IntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    output_tail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["job", "run", "rank"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "run", "rank"], name="%(app_label)s_%(class)s_unique_rank"),
+        ]
+
+    def __str__(self):
+        return f"job {self.job_id} run {self.run} rank {self.rank} on {self.host_id}"
+
+
+class Tick(models.Model):
+    """One scheduling pass over a cluster: how long it took and what it did."""
+
+    cluster = models.ForeignKey("topology.Cluster", on_delete=models.CASCADE, related_name="ticks")
+    started_at = models.DateTimeField(db_index=True)
+    duration = models.FloatField(help_text="Seconds, lock to commit.")
+    snapshot_seconds = models.FloatField(default=0)
+    decide_seconds = models.FloatField(default=0)
+    apply_seconds = models.FloatField(default=0)
+    started = models.PositiveIntegerField(default=0)
+    preempted = models.PositiveIntegerField(default=0)
+    pending = models.PositiveIntegerField(default=0)
+    running = models.PositiveIntegerField(default=0)
+    leader = models.CharField(max_length=200, blank=True)
+    # Unit name → allocated usage ratio at the start of the tick (for the queue page).
+    unit_ratios = models.JSONField(default=dict, blank=True)
+    # Domains or hosts held for head-of-line jobs (rule 5): job, domain, hosts, expected start, reason.
+    reservations = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        get_latest_by = "started_at"
+
+    def __str__(self):
+        return f"tick {self.cluster} {self.started_at:%H:%M:%S}"
+
+
+class ClusterSample(models.Model):
+    """The cluster at one moment, for the dashboard's history (DESIGN §5 measures).
+
+    Written by the tick at most once per `ALLOT_SAMPLE_SECONDS` (one row per
+    cluster per minute by default) and pruned beyond the fair-share window.
+    GPU counts are in GPUs with milli precision; the four states add up to
+    `total_gpus` (see scheduler/core/measures.py).
+    """
+
+    cluster = models.ForeignKey("topology.Cluster", on_delete=models.CASCADE, related_name="samples")
+    at = models.DateTimeField()
+    total_gpus = models.PositiveIntegerField()
+    allocated = models.FloatField()
+    unallocated = models.FloatField()
+    idle = models.FloatField()
+    unavailable = models.FloatField()
+    free_gpus = models.PositiveIntegerField(help_text="Whole free GPUs (fragmentation counts these).")
+    largest_placeable = models.PositiveIntegerField(help_text="Largest domain job that could start now.")
+    # Job size k -> stranded(k), 0..1: {"8": 0.1, "16": 0.4, ...}.
+    stranded = models.JSONField(default=dict)
+    pending_jobs = models.PositiveIntegerField(default=0)
+    pending_gpus = models.PositiveIntegerField(default=0)
+    pending_allocated_gpus = models.PositiveIntegerField(default=0)
+    running_jobs = models.PositiveIntegerField(default=0)
+    # Ticks since the previous sample, and how long they took.
+    ticks = models.PositiveIntegerField(default=0)
+    tick_seconds_mean = models.FloatField(default=0)
+    tick_seconds_max = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["cluster", "at"], name="scheduler_sample_cluster_at")]
+
+    def __str__(self):
+        return f"sample {self.cluster} {self.at:%Y-%m-%d %H:%M}"
+
+    @property
+    def healthy(self) -> float:
+        return self.allocated + self.unallocated + self.idle
+
+
+class TickHistogram(models.Model):
+    """Tick durations as a Prometheus histogram: counts that only grow, one row per cluster.
+
+    Kept apart from `Tick` rows (which are pruned) so `/metrics` can serve a
+    true cumulative histogram whatever the scheduler process.
+    """
+
+    cluster = models.OneToOneField("topology.Cluster", on_delete=models.CASCADE, related_name="tick_histogram")
+    count = models.PositiveBigIntegerField(default=0)
+    sum_seconds = models.FloatField(default=0)
+    # Observations per bucket of scheduler.history.TICK_BUCKETS, the last one for +Inf (not cumulative).
+    buckets = models.JSONField(default=list)
+
+    def __str__(self):
+        return f"tick histogram of {self.cluster}"

@@ -1,8 +1,19 @@
-"""Reads about jobs for pages and the API."""
+"""Reads about jobs for pages and the API; a fixed number of queries each, whatever the number of jobs."""
 
-from django.db.models import Count, Q, Sum
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from scheduler.models import Job
+from django.conf import settings
+from django.db.models import Count, F, Q, Sum
+
+from budgets.models import Unit
+from scheduler.choices import LIVE_STATES
+from scheduler.core import model as core
+from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
+from scheduler.models import ClusterSample, GpuAssignment, Job, Tick
+from scheduler.usage import usage_series
+from topology.choices import GpuHealth
 
 
 def pending_demand(cluster) -> dict:
@@ -14,3 +25,336 @@ def pending_demand(cluster) -> dict:
         unallocated_gpus=Sum("gpus", filter=unallocated, default=0),
     )
     return {**totals, "gpus": totals["allocated_gpus"] + totals["unallocated_gpus"]}
+
+
+def latest_tick(cluster) -> Tick | None:
+    return Tick.objects.filter(cluster=cluster).order_by("-started_at", "-id").first()
+
+
+def live_gpu_ids(job_ids) -> dict[int, list[str]]:
+    """Job id → the GPU ids it holds now ("host:index", "host:index@milli" for a fraction)."""
+    held = defaultdict(list)
+    rows = GpuAssignment.objects.filter(job_id__in=list(job_ids), released_at__isnull=True).order_by(
+        "gpu__host__name", "gpu__index"
+    ).values_list("job_id", "gpu__host__name", "gpu__index", "milli")
+    for job_id, host, index, milli in rows:
+        held[job_id].append(f"{host}:{index}" if milli == 1000 else f"{host}:{index}@{milli}")
+    return dict(held)
+
+
+def unit_paths() -> dict[int, list[Unit]]:
+    """Unit id → its path from the top-level unit down to itself; one query."""
+    units = {unit.pk: unit for unit in Unit.objects.all()}
+    paths: dict[int, list[Unit]] = {}
+
+    def path(pk):
+        if pk not in paths:
+            unit = units[pk]
+            paths[pk] = [*(path(unit.parent_id) if unit.parent_id else []), unit]
+        return paths[pk]
+
+    for pk in units:
+        path(pk)
+    return paths
+
+
+def format_percent(ratio: float) -> str:
+    """A ratio as a percent with the digits that tell small ones apart: 0.04 %, 3.5 %, 42 %."""
+    value = ratio * 100
+    if value == 0 or value >= 10:
+        return f"{value:.0f} %"
+    return f"{value:.2f} %" if value < 1 else f"{value:.1f} %"
+
+
+def explain_order(before: dict | None, row: dict) -> str:
+    """Why a project's jobs stand after the previous project's: the first level where their units differ."""
+    if before is None:
+        if not row["allocated"]:
+            return "only unallocated jobs wait: they share idle GPUs in fair-share order of free usage"
+        return "first: its units are the least served of those with allocated jobs waiting"
+    if before["allocated"] and not row["allocated"]:
+        return "only unallocated jobs (minimum runtime 0) wait here: they come after all allocated work"
+    if row["first"] is None:
+        return "submitted since the last tick: placed at the next one"
+    if not before["allocated"] and not row["allocated"]:
+        return "both wait unallocated: the project that used less free GPU time goes first"
+    for (ahead, ahead_ratio), (here, here_ratio) in zip(before["path"], row["path"], strict=False):
+        if ahead == here:
+            continue
+        if here_ratio is None and ahead_ratio is None:
+            return f"neither {ahead} nor {here} has an allocation here; ties go by name"
+        if here_ratio is None:
+            return f"{here} has no allocation on this cluster: its jobs come after allocated units'"
+        if ahead_ratio is None:
+            return f"the order of the last tick ({ahead} has no allocation here)"
+        if ahead_ratio < here_ratio:
+            return (f"{ahead} has used {format_percent(ahead_ratio)} of its budget, "
+                    f"{here} {format_percent(here_ratio)}: the less-served sibling goes first")
+        if ahead_ratio == here_ratio:
+            return (f"{ahead} and {here} have both used {format_percent(here_ratio)}: "
+                    f"the larger share goes first, then the name")
+        return (f"{here} started jobs in the last tick (each start charges its units for its minimum runtime), "
+                f"so {ahead} ({format_percent(ahead_ratio)} at the start of the tick) now comes first")
+    return "same units: by project priority, then submit time"
+
+
+def queue_view(cluster, *, user, limit: int = 500) -> dict:
+    """The cluster's queue in fair-share order, the order explained by unit ratios, and the user's jobs."""
+    tick = latest_tick(cluster)
+    ratios = tick.unit_ratios if tick else {}
+    jobs = Job.objects.filter(cluster=cluster).select_related("project", "user")
+    pending = list(jobs.pending().order_by(F("queue_position").asc(nulls_last=True), "pk")[:limit])
+    running = list(jobs.filter(state__in=LIVE_STATES).order_by("run_started_at", "pk"))
+    held = live_gpu_ids(job.pk for job in running)
+    for job in running:
+        job.gpu_ids = held.get(job.pk, [])
+        job.hosts = sorted({gpu_id.split(":")[0] for gpu_id in job.gpu_ids})
+    paths = unit_paths()
+    demand: dict[int, dict] = {}
+    for job in pending:
+        entry = demand.setdefault(job.project_id, {"jobs": 0, "gpus": 0, "allocated": 0, "first": None})
+        entry["jobs"] += 1
+        entry["gpus"] += job.gpus
+        entry["allocated"] += job.allocated
+        if job.queue_position is not None and (entry["first"] is None or job.queue_position < entry["first"]):
+            entry["first"] = job.queue_position
+        job.sort_path = [(unit.name, ratios.get(unit.name)) for unit in paths[job.project_id]]
+    order = [
+        {
+            "project": paths[project_id][-1],
+            "path": [(unit.name, ratios.get(unit.name)) for unit in paths[project_id]],
+            "ratio": ratios.get(paths[project_id][-1].name),
+            **entry,
+        }
+        for project_id, entry in demand.items()
+    ]
+    # The order the tick produced (each project where its first job stands), explained by the ratios.
+    order.sort(key=lambda row: (row["first"] is None, row["first"] or 0, row["project"].name))
+    previous = None
+    for row in order:
+        row["why"] = explain_order(previous, row)
+        previous = row
+    return {
+        "tick": tick, "pending": pending, "pending_total": jobs.pending().count(), "running": running,
+        "order": order, "mine": [job for job in [*running, *pending] if job.user_id == user.pk],
+        "reservations": tick.reservations if tick else [],
+    }
+
+
+# ---------------------------------------------------------------- measures (DESIGN §5), live
+
+
+def measures_input(views) -> tuple[core.Topology, list[Held], int]:
+    """The pure measures' inputs from the inventory pages' domain views (no query of its own)."""
+    domains, hosts, held, total = [], [], [], 0
+    for view in views:
+        names = []
+        for host_view in view.hosts:
+            host = host_view.host
+            names.append(host.name)
+            total += len(host_view.gpus)
+            hosts.append(core.Host(
+                name=host.name, domain=view.domain.name, gpu_type=host.gpu_type,
+                gpus=tuple(gpu.id for gpu in host_view.gpus if gpu.health == GpuHealth.OK), state=host.state,
+                fast_lane=host.fast_lane,
+            ))
+            for gpu in host_view.gpus:
+                held.extend(Held(gpu.id, milli, allocated) for _, _, milli, allocated in gpu.jobs)
+        domains.append(core.Domain(view.domain.name, tuple(names), kind=view.domain.kind))
+    return core.Topology(tuple(domains), tuple(hosts)), held, total
+
+
+def cluster_measures(cluster, views=None) -> Measures:
+    """GPU states and fragmentation now, by the same definition as the simulator (scheduler/core/measures.py)."""
+    from topology.selectors import domain_views
+
+    views = views if views is not None else domain_views(cluster)
+    topology, held, total = measures_input(views)
+    return measure(topology, held, total_gpus=total)
+
+
+def free_by_domain(views) -> list[dict]:
+    """Each domain now: free whole GPUs (what fragmentation counts), in use, unavailable."""
+    topology, held, _ = measures_input(views)
+    free = free_gpus_by_host(topology, {item.gpu_id for item in held})
+    rows = []
+    for view in views:
+        counts = view.counts
+        rows.append({
+            "domain": view.domain.name, "total": view.total_gpus,
+            "free": sum(free.get(h.host.name, 0) for h in view.hosts),
+            "in_use": counts["allocated"] + counts["unallocated"], "unavailable": counts["unavailable"],
+        })
+    return rows
+
+
+# ---------------------------------------------------------------- the dashboard's history
+
+RANGES = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "3d": 3 * 86400}
+MAX_POINTS = 360
+
+
+def range_seconds(cluster, name: str) -> int:
+    """A range from the selector: 1h, 6h, 24h, 3d, or `window` (the cluster's fair-share window)."""
+    if name == "window":
+        return cluster.window_seconds
+    return min(RANGES.get(name, RANGES["24h"]), cluster.window_seconds)
+
+
+def sample_series(cluster, *, now, seconds: int, points: int = MAX_POINTS) -> dict:
+    """Samples of the last `seconds`, averaged into at most `points` buckets (the worst tick kept); one query."""
+    start = now - timedelta(seconds=seconds)
+    rows = list(
+        ClusterSample.objects.filter(cluster=cluster, at__gt=start, at__lte=now).order_by("at").values_list(
+            "at", "allocated", "unallocated", "idle", "unavailable", "free_gpus", "largest_placeable", "stranded",
+            "pending_gpus", "pending_allocated_gpus", "tick_seconds_mean", "tick_seconds_max", "ticks",
+        )
+    )
+    bucket = max(settings.ALLOT_SAMPLE_SECONDS, -(-seconds // points))
+    groups: dict[int, list] = {}
+    for row in rows:
+        groups.setdefault(int((row[0] - start).total_seconds() // bucket), []).append(row)
+    sizes = sorted({int(k) for row in rows for k in row[7]}) or list(FRAGMENTATION_SIZES)
+    series = {
+        "x": [], "allocated": [], "unallocated": [], "idle": [], "unavailable": [], "healthy": [], "free": [],
+        "largest_placeable": [], "pending_gpus": [], "pending_allocated_gpus": [], "tick_mean": [], "tick_max": [],
+        "stranded": {str(k): [] for k in sizes},
+    }
+
+    def mean(values):
+        return round(sum(values) / len(values), 3)
+
+    for index in sorted(groups):
+        members = groups[index]
+        series["x"].append(max(member[0] for member in members).isoformat())
+        for position, key in enumerate(("allocated", "unallocated", "idle", "unavailable"), start=1):
+            series[key].append(mean([member[position] for member in members]))
+        series["healthy"].append(round(series["allocated"][-1] + series["unallocated"][-1] + series["idle"][-1], 3))
+        series["free"].append(mean([member[5] for member in members]))
+        series["largest_placeable"].append(min(member[6] for member in members))
+        for k in sizes:
+            series["stranded"][str(k)].append(mean([member[7].get(str(k), 0.0) for member in members]))
+        series["pending_gpus"].append(mean([member[8] for member in members]))
+        series["pending_allocated_gpus"].append(mean([member[9] for member in members]))
+        ticks = sum(member[12] for member in members)
+        series["tick_mean"].append(
+            round(sum(member[10] * member[12] for member in members) / ticks, 4) if ticks else None)
+        series["tick_max"].append(round(max(member[11] for member in members), 4))
+    series["bucket_seconds"] = bucket
+    return series
+
+
+def project_consumption(cluster, *, now, healthy_gpus: int | None = None) -> list[dict]:
+    """Each project over the window: GPU-hours used (charged, and free) against GPU-hours entitled; tree order."""
+    from budgets.selectors import budget_tree
+
+    rows = budget_tree(cluster, now=now, healthy_gpus=healthy_gpus)
+    parents = {row.unit.parent_id for row in rows}
+    names = {row.unit.pk: row.unit.name for row in rows}
+    return [
+        {
+            "project": row.unit.name, "parent": names.get(row.unit.parent_id, ""),
+            "used": round(row.usage_gpu_hours, 2), "unallocated": round(row.unallocated_gpu_hours, 2),
+            "entitled": round(row.entitled_gpu_hours, 2), "ratio": row.ratio,
+            "pending_gpus": row.pending_gpus + row.pending_unallocated_gpus,
+        }
+        for row in rows if row.unit.pk not in parents
+    ]
+
+
+def project_usage_series(cluster, *, now, seconds: int, points: int = 120) -> dict:
+    """GPUs held per project over the range (allocated and free together), from run intervals; one query."""
+    bucket = max(60, -(-seconds // points))
+    start = now - timedelta(seconds=seconds)
+    series = usage_series(cluster, start=start, end=now, bucket_seconds=bucket)
+    names = dict(Unit.objects.filter(pk__in=list(series)).values_list("pk", "name"))
+    count = max(1, -(-seconds // bucket))
+    projects = {
+        names[pk]: [round((used.allocated + used.unallocated) / bucket, 3) for used in buckets]
+        for pk, buckets in sorted(series.items(), key=lambda item: names[item[0]])
+    }
+    # Start where the first GPU was held, as the sampled charts do, not hours of nothing before it.
+    first = min((next((i for i, value in enumerate(values) if value), count) for values in projects.values()),
+                default=count)
+    first = min(first, count - 1)
+    return {
+        "x": [(start + timedelta(seconds=(index + 0.5) * bucket)).isoformat() for index in range(first, count)],
+        "projects": {name: values[first:] for name, values in projects.items()},
+        "bucket_seconds": bucket,
+    }
+
+
+# ---------------------------------------------------------------- jobs on hosts, drains
+
+
+@dataclass
+class HostJob:
+    """A live job on a host: its contract's protection end, and when it would leave a drain."""
+
+    job: Job
+    gpus_here: int
+    protected_until: datetime | None
+    leaves_at: datetime
+    leaves_why: str
+
+
+def leave_time(job: Job, cluster, now) -> tuple[datetime, str]:
+    """When a job would leave a draining host (rule 7), as the core decides it, and why then."""
+    if job.stop_cause:
+        return max(now, job.stop_deadline or now), "as it is being stopped (SIGKILL at the latest)"
+    if not job.allocated:
+        return now + timedelta(seconds=cluster.unallocated_grace_seconds), "at once (unallocated)"
+    grace = timedelta(seconds=cluster.grace_period_seconds)
+    protected = job.protected_until or now
+    ends, why = protected, "at its minimum runtime"
+    if job.max_runtime is not None and job.run_started_at is not None:
+        limit = job.run_started_at + timedelta(seconds=job.max_runtime)
+        if limit < ends:
+            ends, why = limit, "at its maximum runtime"
+    if ends <= now:
+        return now + grace, "at once (past its minimum runtime)"
+    return ends + grace, why
+
+
+def jobs_on_hosts(hosts, *, now) -> dict[int, list[HostJob]]:
+    """Host id → the live jobs holding its GPUs, the last to leave first; two queries whatever the number."""
+    hosts = list(hosts)
+    counts: dict[tuple[int, int], int] = defaultdict(int)
+    for host_id, job_id in GpuAssignment.objects.filter(
+        released_at__isnull=True, gpu__host__in=hosts
+    ).values_list("gpu__host_id", "job_id"):
+        counts[(host_id, job_id)] += 1
+    jobs = {
+        job.pk: job for job in Job.objects.filter(pk__in={job_id for _, job_id in counts}, state__in=LIVE_STATES)
+        .select_related("project", "user")
+    }
+    by_host = {host.pk: host for host in hosts}
+    result: dict[int, list[HostJob]] = defaultdict(list)
+    for (host_id, job_id), gpus in counts.items():
+        job = jobs.get(job_id)
+        if job is None:
+            continue
+        leaves_at, why = leave_time(job, by_host[host_id].domain.cluster, now)
+        result[host_id].append(HostJob(job, gpus, job.protected_until if job.allocated else None, leaves_at, why))
+    for rows in result.values():
+        rows.sort(key=lambda row: (row.leaves_at, row.job.pk), reverse=True)
+    return dict(result)
+
+
+@dataclass
+class DrainProgress:
+    jobs_left: int
+    last_leaves_at: datetime | None = None
+    last_why: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.jobs_left == 0
+
+
+def drain_progress(host_jobs: list[HostJob]) -> DrainProgress:
+    """"2 jobs left; the last leaves by 14:05 at its minimum runtime" (the page formats the time)."""
+    if not host_jobs:
+        return DrainProgress(0)
+    last = max(host_jobs, key=lambda row: (row.leaves_at, row.job.pk))
+    return DrainProgress(len(host_jobs), last.leaves_at, last.leaves_why)

@@ -5,6 +5,8 @@ from topology.models import Block, Cluster, Domain, Gpu, Host, HostEvent
 
 @admin.register(Cluster)
 class ClusterAdmin(admin.ModelAdmin):
+    """Cluster policy, including the health policy (checked by `Cluster.clean` before it is saved)."""
+
     list_display = ["name", "executor", "tick_seconds", "window_seconds", "max_min_runtime_seconds", "fast_lane_gpus"]
     search_fields = ["name"]
 
@@ -47,7 +49,7 @@ class GpuAdmin(admin.ModelAdmin):
 
 @admin.register(HostEvent)
 class HostEventAdmin(admin.ModelAdmin):
-    list_display = ["at", "host", "kind", "detail", "actor"]
+    list_display = ["at", "host", "kind", "code", "detail", "actor"]
     list_filter = ["kind"]
     search_fields = ["host__name", "detail"]
 

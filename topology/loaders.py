@@ -13,7 +13,8 @@ from django.utils.text import slugify
 
 from scheduler.core.durations import parse_duration
 from topology.choices import DomainKind, Executor, GpuHealth, HostState
-from topology.models import Block, Cluster, Domain, Gpu, Host
+from topology.health import parse_health_policy
+from topology.models import AWAITING_AGENT_REASON, Block, Cluster, Domain, Gpu, Host
 
 LOADER_ACTOR = "system:load_cluster"
 UNHEALTHY_REASON = "listed in unhealthy_hosts of the cluster file"
@@ -91,6 +92,8 @@ class ClusterSpec:
     policy: dict
     domains: list[DomainSpec]
     unhealthy_hosts: list[str]
+    # The health policy, complete; None when the file has no `health:` key (the stored one stays).
+    health: dict | None = None
 
     @property
     def host_names(self) -> set[str]:
@@ -102,7 +105,7 @@ def parse_cluster(data) -> ClusterSpec:
     problems: list[str] = []
     if not isinstance(data, dict):
         raise LoadError(["the file must be a mapping with name, policy and domains"])
-    unknown = set(data) - {"name", "policy", "domains", "unhealthy_hosts"}
+    unknown = set(data) - {"name", "policy", "domains", "unhealthy_hosts", "health"}
     if unknown:
         problems.append(f"unknown top-level keys: {', '.join(sorted(map(str, unknown)))}")
 
@@ -221,9 +224,14 @@ def parse_cluster(data) -> ClusterSpec:
         if host_name not in known_hosts:
             problems.append(f"unhealthy_hosts[{number}]: {host_name!r} is not a host of this cluster")
 
+    health = None
+    if "health" in data:
+        health, health_problems = parse_health_policy(data["health"])
+        problems.extend(health_problems)
+
     if problems:
         raise LoadError(problems)
-    return ClusterSpec(name=name, policy=policy, domains=domains, unhealthy_hosts=list(unhealthy))
+    return ClusterSpec(name=name, policy=policy, domains=domains, unhealthy_hosts=list(unhealthy), health=health)
 
 
 @transaction.atomic
@@ -234,6 +242,8 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
     changes = {"created": 0, "updated": 0, "removed": 0}
     defaults = {field_name: model_field.default for field_name, model_field in _policy_model_fields().items()}
     defaults.update(spec.policy)
+    if spec.health is not None:
+        defaults["health_policy"] = spec.health
     cluster, created = Cluster.objects.get_or_create(name=spec.name, defaults=defaults)
     if created:
         changes["created"] += 1
@@ -284,7 +294,12 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
                 "gpu_count": host_spec.gpu_count, "cpus": host_spec.cpus, "memory_gib": host_spec.memory_gib,
             }
             if host is None:
-                host = Host.objects.create(name=host_spec.name, **wanted)
+                # An agent's host takes work once its agent reports; a simulated one at once.
+                initial = (
+                    {"state": HostState.DOWN, "state_reason": AWAITING_AGENT_REASON, "state_actor": actor}
+                    if cluster.executor == Executor.AGENT else {}
+                )
+                host = Host.objects.create(name=host_spec.name, **wanted, **initial)
                 changes["created"] += 1
             else:
                 dirty = [key for key, value in wanted.items() if getattr(host, key) != value]
@@ -351,11 +366,14 @@ def _retire_gpus(gpus: list[Gpu]) -> None:
 
 
 def _apply_health(host: Host, unhealthy: bool, actor: str, changes: dict) -> None:
-    if unhealthy and host.state == HostState.UP:
+    if unhealthy and (host.state == HostState.UP or host.state_reason == AWAITING_AGENT_REASON):
         host.set_state(HostState.DOWN, actor=actor, reason=UNHEALTHY_REASON)
         changes["updated"] += 1
     elif not unhealthy and host.state == HostState.DOWN and host.state_reason == UNHEALTHY_REASON:
-        host.set_state(HostState.UP, actor=actor, reason="no longer listed in unhealthy_hosts")
+        if host.domain.cluster.executor == Executor.AGENT and host.last_heartbeat_at is None:
+            host.set_state(HostState.DOWN, actor=actor, reason=AWAITING_AGENT_REASON)
+        else:
+            host.set_state(HostState.UP, actor=actor, reason="no longer listed in unhealthy_hosts")
         changes["updated"] += 1
 
 

@@ -1,11 +1,16 @@
+import secrets
+
 from django.db import models
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from scheduler.core import model as core
 from topology.choices import DomainKind, Executor, GpuHealth, HostState
+from topology.health import HealthPolicy, default_health_policy, parse_health_policy
 
 SCHEDULABLE_STATES = (HostState.UP,)
+# Hosts of an `agent` cluster wait in this state until their agent first reports.
+AWAITING_AGENT_REASON = "waiting for its agent to register"
 # Hosts whose GPUs count as healthy capacity: up, or still running work while draining.
 HEALTHY_STATES = (HostState.UP, HostState.DRAINING)
 
@@ -23,6 +28,11 @@ class Cluster(models.Model):
     fast_lane_max_min_runtime_seconds = models.PositiveIntegerField(default=15 * 60)
     heartbeat_timeout_seconds = models.PositiveIntegerField(default=90)
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.AGENT)
+    # Health events -> actions: {"xid": {"79": "drain", ...}, "heartbeat_lost": "down", "gpus_missing": "drain"}.
+    health_policy = models.JSONField(
+        default=default_health_policy, blank=True,
+        help_text="Health events and the action each takes (drain, cordon, down, none); see topology/health.py.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -43,6 +53,18 @@ class Cluster(models.Model):
             fast_lane_max_min_runtime=self.fast_lane_max_min_runtime_seconds,
             heartbeat_timeout=self.heartbeat_timeout_seconds,
         )
+
+    def clean(self):
+        from django.core.exceptions import ValidationError
+
+        policy, problems = parse_health_policy(self.health_policy, "health_policy")
+        if problems:
+            raise ValidationError({"health_policy": problems})
+        self.health_policy = policy
+
+    @property
+    def health(self) -> HealthPolicy:
+        return HealthPolicy.of(self.health_policy)
 
     def gpu_counts(self) -> dict:
         """Total and healthy GPUs (on hosts that can take work), in two queries."""
@@ -130,6 +152,8 @@ class Host(models.Model):
     state_actor = models.CharField(max_length=150, blank=True)
     state_changed_at = models.DateTimeField(default=timezone.now)
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Where peers reach this host (MASTER_ADDR for multi-host jobs), as its agent reports it.
+    address = models.CharField(max_length=255, blank=True)
 
     class Meta:
         ordering = ["domain__name", "position"]
@@ -204,9 +228,35 @@ class HostEvent(models.Model):
     kind = models.CharField(max_length=32, choices=Kind.choices)
     detail = models.CharField(max_length=1000)
     actor = models.CharField(max_length=150)
+    # The XID code of an `xid` event (for its meaning and for /metrics).
+    code = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-at", "-id"]
+        indexes = [models.Index(fields=["host", "kind", "at"], name="topology_hostevent_host_kind")]
 
     def __str__(self):
         return f"{self.host} {self.kind} {self.at:%Y-%m-%d %H:%M}"
+
+    @property
+    def meaning(self) -> str:
+        """NVIDIA's name for the XID of an `xid` event; '' otherwise."""
+        from topology.health import xid_meaning
+
+        return xid_meaning(self.code) if self.kind == self.Kind.XID else ""
+
+
+class AgentToken(models.Model):
+    """The secret a host's agent presents; it acts for that host only."""
+
+    host = models.OneToOneField(Host, on_delete=models.CASCADE, related_name="agent_token")
+    key = models.CharField(max_length=64, unique=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"agent token of {self.host}"
+
+    @classmethod
+    def for_host(cls, host: Host) -> "AgentToken":
+        token, _ = cls.objects.get_or_create(host=host, defaults={"key": secrets.token_hex(32)})
+        return token

@@ -3,10 +3,19 @@
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from django.db.models import Prefetch
+from django.db.models import OuterRef, Prefetch, Subquery
 
-from topology.choices import GpuHealth
-from topology.models import HEALTHY_STATES, SCHEDULABLE_STATES, Cluster, Domain, Gpu, Host
+from topology.choices import GpuHealth, HostState
+from topology.models import (
+    AWAITING_AGENT_REASON,
+    HEALTHY_STATES,
+    SCHEDULABLE_STATES,
+    Cluster,
+    Domain,
+    Gpu,
+    Host,
+    HostEvent,
+)
 
 # What a GPU is doing, for pages and occupancy.
 ALLOCATED = "allocated"
@@ -14,6 +23,8 @@ UNALLOCATED = "unallocated"
 IDLE = "idle"
 UNAVAILABLE = "unavailable"
 GPU_STATES = (ALLOCATED, UNALLOCATED, IDLE, UNAVAILABLE)
+# Idle, on a host held for a head-of-line job (rule 5); only pages that read the reservations show it.
+RESERVED = "reserved"
 
 
 @dataclass
@@ -23,12 +34,14 @@ class GpuView:
     health: str
     state: str
     jobs: list = field(default_factory=list)  # [(job id, project, milli, allocated)]
+    reserved_for: dict | None = None  # the reservation holding its host, when idle there
 
 
 @dataclass
 class HostView:
     host: Host
     gpus: list[GpuView]
+    reserved_for: dict | None = None
 
     @property
     def free_gpus(self) -> int:
@@ -64,7 +77,7 @@ class DomainView:
         counts = dict.fromkeys(GPU_STATES, 0)
         for host in self.hosts:
             for gpu in host.gpus:
-                counts[gpu.state] += 1
+                counts[gpu.state] = counts.get(gpu.state, 0) + 1
         return counts
 
     @property
@@ -119,7 +132,7 @@ def cluster_summary(cluster: Cluster, views: list[DomainView] | None = None) -> 
     counts = dict.fromkeys(GPU_STATES, 0)
     for view in views:
         for state, count in view.counts.items():
-            counts[state] += count
+            counts[state] = counts.get(state, 0) + count
     total = sum(view.total_gpus for view in views)
     healthy = sum(view.healthy_gpus for view in views)
     return {
@@ -149,3 +162,60 @@ def _host_view(host: Host, gpus, holders: dict[int, list]) -> HostView:
 def host_view(host: Host) -> HostView:
     gpus = list(host.gpus.order_by("index"))
     return _host_view(host, gpus, _live_holders([gpu.pk for gpu in gpus]))
+
+
+def mark_reservations(views: list[DomainView], reservations: list[dict]) -> None:
+    """Idle GPUs of hosts held for a head-of-line job (the latest tick's reservations) become `reserved`."""
+    held = {}
+    for reservation in reservations:
+        for host in reservation.get("hosts", []):
+            held.setdefault(host, reservation)
+    for view in views:
+        for host_view in view.hosts:
+            reservation = held.get(host_view.host.name)
+            if reservation is None:
+                continue
+            host_view.reserved_for = reservation
+            for gpu in host_view.gpus:
+                if gpu.state == IDLE:
+                    gpu.state = RESERVED
+                    gpu.reserved_for = reservation
+
+
+OUT_OF_SERVICE = (HostState.CORDONED, HostState.DRAINING, HostState.DRAINED, HostState.DOWN)
+NEEDS_REPAIR = (HostState.DRAINED, HostState.DOWN)
+HEALTH_KINDS = ("xid", "gpu_missing", "heartbeat_lost")
+
+
+def needs_repair_count() -> int:
+    """Drained and down hosts, hosts still waiting for their first agent report aside; one query."""
+    return Host.objects.filter(state__in=NEEDS_REPAIR).exclude(state_reason=AWAITING_AGENT_REASON).count()
+
+
+def hosts_out_of_service(*, now, cluster: Cluster | None = None) -> dict:
+    """Every host not up, grouped for on-call: draining (with progress), needs repair, cordoned, awaiting agent.
+
+    A fixed number of queries: the hosts (with their latest health event), and the jobs on draining ones.
+    """
+    from scheduler.selectors import drain_progress, jobs_on_hosts
+
+    latest_health = HostEvent.objects.filter(host=OuterRef("pk"), kind__in=HEALTH_KINDS).order_by("-at", "-id")
+    hosts = Host.objects.filter(state__in=OUT_OF_SERVICE).select_related("domain__cluster").annotate(
+        last_health=Subquery(latest_health.values("detail")[:1]),
+        last_health_at=Subquery(latest_health.values("at")[:1]),
+    ).order_by("state_changed_at", "name")
+    if cluster is not None:
+        hosts = hosts.filter(domain__cluster=cluster)
+    hosts = list(hosts)
+    draining = [host for host in hosts if host.state == HostState.DRAINING]
+    jobs = jobs_on_hosts(draining, now=now)
+    for host in draining:
+        host.jobs_here = jobs.get(host.pk, [])
+        host.progress = drain_progress(host.jobs_here)
+    awaiting = [host for host in hosts if host.state_reason == AWAITING_AGENT_REASON]
+    return {
+        "draining": draining,
+        "needs_repair": [host for host in hosts if host.state in NEEDS_REPAIR and host not in awaiting],
+        "cordoned": [host for host in hosts if host.state == HostState.CORDONED],
+        "awaiting_agent": awaiting,
+    }

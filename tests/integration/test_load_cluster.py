@@ -9,7 +9,7 @@ from scheduler.models import GpuAssignment
 from tests.factories import make_job
 from topology.choices import HostState
 from topology.loaders import LoadError, load_cluster_file
-from topology.models import Block, Cluster, Domain, Gpu, Host
+from topology.models import AWAITING_AGENT_REASON, Block, Cluster, Domain, Gpu, Host
 
 pytestmark = pytest.mark.django_db
 
@@ -49,9 +49,19 @@ def test_it_loads_the_inventory_of_the_spec(tmp_path):
     assert sorted(Gpu.objects.filter(host=tray).values_list("index", flat=True)) == [0, 1, 2, 3]
     failed = Host.objects.get(name="nvl72-02-h07")
     assert failed.state == HostState.DOWN and "unhealthy_hosts" in failed.state_reason
+    assert failed.events.last().actor == "system:load_cluster"
+    # An agent cluster's hosts take work once their agent reports.
+    assert set(Host.objects.exclude(pk=failed.pk).values_list("state", "state_reason")) == {
+        (HostState.DOWN, AWAITING_AGENT_REASON)
+    }
+    assert cluster.gpu_counts() == {"total": 168, "healthy": 0}
+
+
+def test_a_simulated_cluster_is_in_service_at_once(tmp_path):
+    cluster, _ = load_cluster_file(write(tmp_path, {**SPEC, "policy": {"executor": "simulated"}}))
     assert cluster.gpu_counts() == {"total": 168, "healthy": 164}
     assert cluster.largest_healthy_domain() == 72
-    assert failed.events.get().actor == "system:load_cluster"
+    assert cluster.largest_domain_capacity() == 72
 
 
 def test_loading_the_same_file_twice_changes_nothing(tmp_path):
@@ -83,7 +93,8 @@ def test_a_changed_file_updates_the_inventory_and_keeps_running_jobs_hosts(tmp_p
     assert Cluster.objects.get().grace_period_seconds == 120
     # hgx-03 ran a job once: it stays, out of service, so the job's history keeps its host.
     assert Host.objects.get(name="hgx-03-h01").state == HostState.DOWN
-    assert Host.objects.get(name="nvl72-02-h07").state == HostState.UP  # repaired: no longer listed
+    repaired = Host.objects.get(name="nvl72-02-h07")  # no longer listed: waits for its agent like the others
+    assert (repaired.state, repaired.state_reason) == (HostState.DOWN, AWAITING_AGENT_REASON)
 
 
 @pytest.mark.parametrize(

@@ -40,7 +40,7 @@ def test_the_rack_page_draws_18_trays_of_4_gpus_with_the_failed_tray_unavailable
     assert html.count('data-state="unavailable"') == 4
     assert 'data-gpu="nvl72-03-h07:0" data-state="unavailable"' in html
     assert 'data-gpu="nvl72-03-h01:0" data-state="allocated"' in html
-    assert "job " in html and "(olmo)" in html
+    assert "job " in html and "(olmo, alice, allocated, protected until" in html
 
 
 def test_the_host_page_shows_state_reason_and_history(demo, client):

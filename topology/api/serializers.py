@@ -1,6 +1,8 @@
+from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from topology.choices import HostState
 from topology.models import Cluster, Host
 from topology.selectors import host_view
 
@@ -63,10 +65,35 @@ class HostSerializer(serializers.ModelSerializer):
 
 class HostDetailSerializer(HostSerializer):
     gpus = serializers.SerializerMethodField()
+    drain_progress = serializers.SerializerMethodField(
+        help_text="While draining: jobs left, when the last leaves and why then; null otherwise.")
 
     class Meta(HostSerializer.Meta):
-        fields = [*HostSerializer.Meta.fields, "gpus"]
+        fields = [*HostSerializer.Meta.fields, "gpus", "drain_progress"]
 
     @extend_schema_field(GpuSerializer(many=True))
     def get_gpus(self, host):
         return GpuSerializer(host_view(host).gpus, many=True).data
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_drain_progress(self, host):
+        if host.state != HostState.DRAINING:
+            return None
+        from scheduler.selectors import drain_progress, jobs_on_hosts
+
+        jobs = jobs_on_hosts([host], now=timezone.now()).get(host.pk, [])
+        progress = drain_progress(jobs)
+        return {
+            "jobs_left": progress.jobs_left,
+            "last_leaves_at": progress.last_leaves_at,
+            "why": progress.last_why,
+            "jobs": [{"job": row.job.pk, "leaves_at": row.leaves_at, "why": row.leaves_why} for row in jobs],
+        }
+
+
+class HostActionSerializer(serializers.Serializer):
+    reason = serializers.CharField(
+        max_length=500, help_text="Why: kept in the host's history and shown to whoever repairs it.",
+        error_messages={"blank": "required: say why, for the host's history and whoever repairs it",
+                        "required": "required: say why, for the host's history and whoever repairs it"},
+    )

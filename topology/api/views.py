@@ -1,8 +1,26 @@
-from rest_framework import viewsets
+from drf_spectacular.utils import extend_schema
+from rest_framework import permissions, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.response import Response
 
-from topology.api.serializers import ClusterSerializer, HostDetailSerializer, HostSerializer
+from budgets.permissions import is_oncall
+from topology.api.serializers import ClusterSerializer, HostActionSerializer, HostDetailSerializer, HostSerializer
 from topology.models import Cluster, Host
 from topology.selectors import cluster_summary
+from topology.services import HostActionError, host_cordon, host_drain, host_resume
+
+
+class StateConflict(APIException):
+    status_code = 409
+    default_code = "state_conflict"
+
+
+class IsOnCall(permissions.BasePermission):
+    message = "Only on-call engineers (group oncall) may cordon, drain or resume hosts."
+
+    def has_permission(self, request, view):
+        return is_oncall(request.user)
 
 
 class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
@@ -45,3 +63,34 @@ class HostViewSet(viewsets.ReadOnlyModelViewSet):
         if params.get("domain"):
             queryset = queryset.filter(domain__name=params["domain"])
         return queryset
+
+    def _act(self, request, service):
+        host = self.get_object()
+        body = HostActionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        try:
+            result = service(host=host, actor=request.user, reason=body.validated_data["reason"])
+        except HostActionError as error:
+            if error.field:
+                raise ValidationError({error.field: [error.message]}) from None
+            raise StateConflict(error.message) from None
+        host = self.get_queryset().get(pk=result.host.pk)
+        return Response({**HostDetailSerializer(host).data, "changed": result.changed, "detail": result.message})
+
+    @extend_schema(request=HostActionSerializer, responses={200: HostDetailSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated, IsOnCall])
+    def cordon(self, request, name=None):
+        """On-call: no new jobs on the host; running ones stay."""
+        return self._act(request, host_cordon)
+
+    @extend_schema(request=HostActionSerializer, responses={200: HostDetailSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated, IsOnCall])
+    def drain(self, request, name=None):
+        """On-call: no new jobs; unallocated jobs leave at once, allocated ones at their minimum runtime."""
+        return self._act(request, host_drain)
+
+    @extend_schema(request=HostActionSerializer, responses={200: HostDetailSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[permissions.IsAuthenticated, IsOnCall])
+    def resume(self, request, name=None):
+        """On-call: back in service, from cordoned, draining, drained or down."""
+        return self._act(request, host_resume)

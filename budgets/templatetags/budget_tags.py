@@ -1,0 +1,43 @@
+"""Numbers as the budget pages write them: shares as percents, ratios, GPU-hours."""
+
+from decimal import Decimal
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def pct(value) -> str:
+    """A share: `55 %`, `60.87 %`; `—` for none."""
+    if value is None or value == "":
+        return "—"
+    value = Decimal(str(value)).quantize(Decimal("0.01"))
+    return f"{value.normalize():f} %" if value == value.to_integral() else f"{value:f} %"
+
+
+@register.filter
+def ratio(value) -> str:
+    """usage / entitlement as a percent: `40 %`; `—` when entitled to nothing."""
+    if value is None:
+        return "—"
+    return f"{value * 100:.0f} %"
+
+
+@register.filter
+def ratio_class(value) -> str:
+    if value is None:
+        return "ratio-none"
+    if value > 1.2:
+        return "ratio-over"
+    if value < 0.8:
+        return "ratio-under"
+    return "ratio-even"
+
+
+@register.filter
+def gpuh(value) -> str:
+    """GPU-hours, rounded: `19293`; `0` for nothing."""
+    if value is None:
+        return "—"
+    return f"{value:.0f}"

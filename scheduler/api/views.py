@@ -1,0 +1,154 @@
+from collections import defaultdict
+
+from django.db.models import Prefetch
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from budgets.permissions import is_oncall, managed_unit_ids
+from scheduler.agents import Heartbeat, ProcessReport, agent_heartbeat
+from scheduler.api.authentication import AgentTokenAuthentication, IsAgent
+from scheduler.api.serializers import (
+    CancelSerializer,
+    HeartbeatSerializer,
+    JobDetailSerializer,
+    JobSerializer,
+    JobSubmitSerializer,
+)
+from scheduler.choices import JobState
+from scheduler.models import Job, JobEvent
+from scheduler.selectors import live_gpu_ids
+from scheduler.services import JobError, JobRequest, can_cancel, job_cancel, job_submit
+
+
+def command_visibility(user):
+    """Who sees a job's command and output: its owner, managers of its project, on-call, admins."""
+    if user.is_superuser or is_oncall(user):
+        return lambda job: True
+    managed = managed_unit_ids(user)
+    return lambda job: job.user_id == user.pk or job.project_id in managed
+
+
+def job_context(jobs, user) -> dict:
+    """GPU ids and in-project positions for a page of jobs: two queries, whatever the page size."""
+    jobs = list(jobs)
+    gpu_ids = live_gpu_ids(job.pk for job in jobs if job.is_live)
+    positions = {}
+    pending_projects = {(job.cluster_id, job.project_id) for job in jobs if job.state == JobState.PENDING}
+    if pending_projects:
+        queued = Job.objects.pending().filter(
+            project_id__in={p for _, p in pending_projects}, queue_position__isnull=False
+        ).order_by("queue_position").values_list("pk", "cluster_id", "project_id")
+        counters = defaultdict(int)
+        for pk, cluster_id, project_id in queued:
+            counters[(cluster_id, project_id)] += 1
+            positions[pk] = counters[(cluster_id, project_id)]
+    return {"gpu_ids": gpu_ids, "project_positions": positions, "command_visible": command_visibility(user)}
+
+
+@extend_schema(tags=["jobs"])
+class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Submit, list, read and cancel jobs."""
+
+    queryset = Job.objects.select_related("cluster", "project__parent", "user")
+
+    def get_serializer_class(self):
+        if self.action == "create":
+            return JobSubmitSerializer
+        if self.action == "retrieve":
+            return JobDetailSerializer
+        if self.action == "cancel":
+            return CancelSerializer
+        return JobSerializer
+
+    def get_object(self):
+        job = self.get_queryset().filter(pk=self.kwargs["pk"]).first() if str(self.kwargs["pk"]).isdigit() else None
+        if job is None:
+            raise NotFound(f"no job {self.kwargs['pk']}")
+        return job
+
+    def get_queryset(self):
+        queryset = super().get_queryset()
+        if self.action == "retrieve":
+            return queryset.prefetch_related(Prefetch("events", queryset=JobEvent.objects.order_by("at", "id")))
+        params = self.request.query_params
+        if params.get("state"):
+            queryset = queryset.filter(state__in=params["state"].split(","))
+        if params.get("project"):
+            queryset = queryset.filter(project__name=params["project"])
+        if params.get("cluster"):
+            queryset = queryset.filter(cluster__name=params["cluster"])
+        if params.get("user"):
+            queryset = queryset.filter(user__username=params["user"])
+        if params.get("mine") in ("1", "true", "yes"):
+            queryset = queryset.filter(user=self.request.user)
+        if params.get("state") == JobState.PENDING:
+            return queryset.order_by("cluster__name", "queue_position", "pk")
+        return queryset.order_by("-pk")
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("state", description="comma-separated states"),
+            OpenApiParameter("project"), OpenApiParameter("cluster"), OpenApiParameter("user"),
+            OpenApiParameter("mine", description="1: only my jobs"),
+        ]
+    )
+    def list(self, request, *args, **kwargs):
+        page = self.paginate_queryset(self.get_queryset())
+        serializer = JobSerializer(page, many=True, context=job_context(page, request.user))
+        return self.get_paginated_response(serializer.data)
+
+    def retrieve(self, request, *args, **kwargs):
+        job = self.get_object()
+        return Response(JobDetailSerializer(job, context=job_context([job], request.user)).data)
+
+    @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
+    def create(self, request, *args, **kwargs):
+        serializer = JobSubmitSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        try:
+            job = job_submit(user=request.user, request=JobRequest(**serializer.validated_data))
+        except JobError as error:
+            raise ValidationError(error.errors)
+        job = self.get_queryset().get(pk=job.pk)
+        return Response(JobDetailSerializer(job, context=job_context([job], request.user)).data,
+                        status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=CancelSerializer, responses={200: JobDetailSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        job = self.get_object()
+        if not can_cancel(request.user, job):
+            raise PermissionDenied(f"job {job.pk} belongs to {job.user.username}; only they or a manager of "
+                                   f"{job.project.name} may cancel it")
+        if job.is_final:
+            return Response({"detail": f"job {job.pk} already ended: {job.state}"}, status=status.HTTP_409_CONFLICT)
+        serializer = CancelSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        job = job_cancel(job=job, actor=request.user, reason=serializer.validated_data["reason"])
+        job = self.get_queryset().get(pk=job.pk)
+        return Response(JobDetailSerializer(job, context=job_context([job], request.user)).data)
+
+
+@extend_schema(tags=["agent"], request=HeartbeatSerializer, responses={200: dict})
+class HeartbeatView(APIView):
+    """An agent reports its host's health and processes; the reply holds its assignments and stops."""
+
+    authentication_classes = [AgentTokenAuthentication]
+    permission_classes = [IsAgent]
+
+    def post(self, request):
+        serializer = HeartbeatSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        host = request.user.host
+        if data["host"] != host.name:
+            raise PermissionDenied(f"this token acts for {host.name}, not {data['host']}")
+        beat = Heartbeat(
+            host=host, address=data["address"], gpus=data["gpus"], events=data["events"],
+            processes=[ProcessReport(**process) for process in data["processes"]],
+        )
+        return Response(agent_heartbeat(beat))

@@ -1,0 +1,113 @@
+"""A steady demo workload for `make run`: real submissions, through the same service as the API,
+and (with `faults`) GPU faults handled by the cluster's health policy, then repaired.
+
+It keeps a queue on every simulated cluster: debug jobs, multi-rack training,
+unallocated sweeps, from the demo's members, submitting only while the queue
+is shorter than `max_pending` so the demo stays lively but bounded.
+"""
+
+import random
+from datetime import timedelta
+
+from django.utils import timezone
+
+from budgets.choices import Role
+from budgets.models import Membership
+from scheduler.models import Job
+from scheduler.services import JobError, JobRequest, job_submit
+from topology.choices import Executor, HostState
+from topology.models import Cluster, Host
+from topology.services import host_report_xid, host_resume
+
+# (weight, gpus choices, topology, min_runtime choices, work seconds range, resumable)
+SHAPES = [
+    (5, [1, 2, 4], "any", [300, 600, 900], (300, 1800), False),  # debug
+    (4, [4, 8], "any", [3600, 7200], (3600, 4 * 3600), True),  # single-host training
+    (2, [16, 32, 64], "domain", [2 * 3600, 4 * 3600], (4 * 3600, 12 * 3600), True),  # rack-scale training
+    (3, [1, 4, 8], "any", [0], (1800, 6 * 3600), True),  # unallocated sweeps
+]
+
+
+# The demo's hardware trouble: (weight, XID). Most drain under the default policy; 13 and 74 are only recorded.
+FAULTS = [(4, 79), (2, 48), (2, 94), (1, 95), (2, 13), (1, 74)]
+FAULT_ACTOR = "demo:fault-injector"
+REPAIR_ACTOR = "demo:repair-crew"
+
+
+class DemoLoad:
+    """Submissions on every simulated cluster; with `faults`, also GPU faults now and then, and their repair.
+
+    Faults go through the same path as an agent's XID report (the cluster's health policy decides), so the
+    demo shows automated drains, their progress and the repair list; a drained host is repaired (resumed)
+    `repair_after` seconds later by the demo's repair crew.
+    """
+
+    def __init__(self, *, seed: int = 7, max_pending: int = 40, per_step: int = 2, faults: bool = False,
+                 fault_every: float = 240, repair_after: float = 600, max_faulty_hosts: int = 2):
+        self.random = random.Random(seed)
+        self.max_pending = max_pending
+        self.per_step = per_step
+        self.members = list(
+            Membership.objects.filter(role=Role.MEMBER, unit__children__isnull=True)
+            .select_related("user", "unit").order_by("unit__name", "user__username")
+        )
+        # Faults draw from their own stream, so the workload is the same with or without them.
+        self.faults = random.Random(seed + 1) if faults else None
+        self.fault_every = fault_every
+        self.repair_after = repair_after
+        self.max_faulty_hosts = max_faulty_hosts
+        self.next_fault_at = None
+
+    def step(self) -> int:
+        submitted = 0
+        for cluster in Cluster.objects.filter(executor=Executor.SIMULATED):
+            if self.faults is not None:
+                self._faults(cluster)
+            if not self.members or Job.objects.pending().filter(cluster=cluster).count() >= self.max_pending:
+                continue
+            for _ in range(self.per_step):
+                submitted += self._submit(cluster)
+        return submitted
+
+    def _faults(self, cluster) -> None:
+        now = timezone.now()
+        for host in Host.objects.filter(domain__cluster=cluster, state=HostState.DRAINED,
+                                        state_changed_at__lte=now - timedelta(seconds=self.repair_after)):
+            host_resume(host=host, actor=REPAIR_ACTOR, reason="repaired: GPU reseated and field diagnostics passed")
+        if self.next_fault_at is None:
+            self.next_fault_at = now + timedelta(seconds=self.faults.uniform(0.5, 1.0) * self.fault_every)
+        if now < self.next_fault_at:
+            return
+        self.next_fault_at = now + timedelta(seconds=self.faults.uniform(0.5, 1.5) * self.fault_every)
+        faulty = Host.objects.filter(domain__cluster=cluster, state_actor__in=["system:health", REPAIR_ACTOR]).exclude(
+            state=HostState.UP).count()
+        candidates = list(Host.objects.filter(domain__cluster=cluster, state=HostState.UP).order_by("name"))
+        if faulty >= self.max_faulty_hosts or not candidates:
+            return
+        host = self.faults.choice(candidates)
+        code = self.faults.choices([code for _, code in FAULTS], [weight for weight, _ in FAULTS])[0]
+        host_report_xid(host=host, code=code, gpu=self.faults.randrange(max(1, host.gpu_count)), at=now,
+                        actor=FAULT_ACTOR)
+
+    def _submit(self, cluster) -> int:
+        weights = [shape[0] for shape in SHAPES]
+        _, gpus_choices, topology, min_runtimes, (low, high), resumable = self.random.choices(SHAPES, weights)[0]
+        member = self.random.choice(self.members)
+        gpus = self.random.choice(gpus_choices)
+        min_runtime = self.random.choice(min_runtimes)
+        request = JobRequest(
+            cluster=cluster.name, project=member.unit.name, gpus=gpus, min_runtime=min_runtime,
+            resumable=resumable, topology=topology, name=f"demo-{member.unit.name}-{gpus}g",
+            command=f"python train.py --gpus {gpus}", simulated_duration=self.random.randint(low, high),
+            gpu_type="GB200" if topology == "domain" else "",
+        )
+        try:
+            job_submit(user=member.user, request=request)
+        except JobError:
+            # e.g. an allocated job for a project with no share: submit it unallocated instead.
+            request.min_runtime = 0
+            try:
+                job_submit(user=member.user, request=request)
+            except JobError:
+                return 0
+        return 1

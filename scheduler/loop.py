@@ -1,0 +1,42 @@
+"""The scheduler loop shared by `manage.py run_scheduler` and the Celery task."""
+
+import logging
+
+from django.db import DatabaseError, close_old_connections
+
+from scheduler.leader import Leadership, holder_name
+from scheduler.tick import TickResult, run_tick
+from topology.models import Cluster
+
+log = logging.getLogger(__name__)
+
+
+def tick_all(leadership: Leadership, *, clusters=None) -> list[TickResult]:
+    """Tick every cluster (or the named ones) if this process leads; [] if it stands by."""
+    if not leadership.acquire():
+        log.debug("scheduler: %s", leadership.status)
+        return []
+    results = []
+    queryset = Cluster.objects.order_by("name")
+    if clusters:
+        queryset = queryset.filter(name__in=clusters)
+    for cluster in queryset:
+        try:
+            results.append(run_tick(cluster, leader=holder_name()))
+        except DatabaseError as error:
+            # PostgreSQL restarting, SQLite busy: this tick is lost, the next one starts afresh.
+            log.error("tick on %s failed: %s", cluster.name, error)
+            close_old_connections()
+    run_housekeeping()
+    return results
+
+
+def run_housekeeping() -> None:
+    """Periodic bookkeeping that rides on the tick: budget grants that reached their end."""
+    try:
+        from budgets.services import allocations_expire
+    except ImportError:  # budgets without time-limited grants
+        return
+    from django.utils import timezone
+
+    allocations_expire(now=timezone.now())

@@ -1,0 +1,216 @@
+"""`/metrics`: Prometheus text, computed per scrape from a few grouped queries (none per job or per host).
+
+Counters come from rows that only grow (job and host events, the tick
+histogram), so they behave as Prometheus expects across scheduler restarts.
+"""
+
+import hmac
+from collections import defaultdict
+
+from django.conf import settings
+from django.db.models import Count, F, Q, Sum
+from django.http import HttpResponse
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+)
+
+from scheduler.choices import LIVE_STATES, EventKind, JobState
+from scheduler.history import TICK_BUCKETS
+from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, Tick, TickHistogram
+from topology.choices import GpuHealth, HostState
+from topology.models import Cluster, Gpu, Host, HostEvent
+
+# The classic text format, which every Prometheus reads (generate_latest writes it).
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+PREEMPTION_CAUSES = {
+    "job": Q(cause__startswith="job:"),
+    "drain": Q(cause__startswith="drain:"),
+    "down": Q(cause__startswith="down:"),
+    "defrag": Q(cause="defrag"),
+    "max_runtime": Q(cause="max_runtime"),
+}
+
+
+class AllotCollector:
+    """Every metric of every cluster, one scrape at a time."""
+
+    def collect(self):
+        clusters = {cluster.pk: cluster for cluster in Cluster.objects.order_by("name")}
+        names = {pk: cluster.name for pk, cluster in clusters.items()}
+        yield from self._gpus(names)
+        yield from self._jobs()
+        yield from self._ticks(clusters)
+        yield from self._preemptions(names)
+        yield from self._hosts(names)
+        yield from self._xids()
+
+    @staticmethod
+    def _gpus(names):
+        """GPUs by state, as DESIGN §5 and scheduler/core/measures.py define them."""
+        held = defaultdict(lambda: [0, 0])  # cluster id -> [allocated milli, unallocated milli]
+        for cluster_id, allocated, milli in (
+            GpuAssignment.objects.filter(released_at__isnull=True)
+            .annotate(cluster_id=F("job__cluster_id"), allocated=Q(job__min_runtime__gt=0))
+            .values_list("cluster_id", "allocated").annotate(milli=Sum("milli")).order_by()
+        ):
+            held[cluster_id][0 if allocated else 1] += milli
+        totals = {
+            row["host__domain__cluster_id"]: row
+            for row in Gpu.objects.values("host__domain__cluster_id").annotate(
+                total=Count("id"),
+                idle_milli=Sum(1000 - F("allocated_milli"),
+                               filter=Q(health=GpuHealth.OK, host__state=HostState.UP), default=0),
+            ).order_by()
+        }
+        gpus = GaugeMetricFamily("allot_gpus", "GPUs by what they do now (fractions in milli-GPU precision).",
+                                 labels=["cluster", "state"])
+        for cluster_id, name in names.items():
+            row = totals.get(cluster_id, {"total": 0, "idle_milli": 0})
+            allocated, unallocated = (milli / 1000 for milli in held[cluster_id])
+            idle = max(0, row["idle_milli"]) / 1000
+            unavailable = max(0.0, row["total"] - allocated - unallocated - idle)
+            for state, value in (("allocated", allocated), ("unallocated", unallocated), ("idle", idle),
+                                 ("unavailable", unavailable)):
+                gpus.add_metric([name, state], value)
+        yield gpus
+
+    @staticmethod
+    def _jobs():
+        pending_jobs = GaugeMetricFamily("allot_pending_jobs", "Jobs waiting to start.",
+                                         labels=["cluster", "project", "allocation"])
+        pending_gpus = GaugeMetricFamily("allot_pending_gpus", "GPUs asked for by jobs waiting to start.",
+                                         labels=["cluster", "project", "allocation"])
+        for row in (
+            Job.objects.filter(state=JobState.PENDING)
+            .annotate(allocated=Q(min_runtime__gt=0))
+            .values("cluster__name", "project__name", "allocated")
+            .annotate(jobs=Count("id"), gpus=Sum("gpus")).order_by("cluster__name", "project__name", "allocated")
+        ):
+            labels = [row["cluster__name"], row["project__name"], "allocated" if row["allocated"] else "unallocated"]
+            pending_jobs.add_metric(labels, row["jobs"])
+            pending_gpus.add_metric(labels, row["gpus"] or 0)
+        yield pending_jobs
+        yield pending_gpus
+        running = GaugeMetricFamily("allot_running_jobs", "Jobs holding GPUs (starting, running or being stopped).",
+                                    labels=["cluster", "project"])
+        for cluster, project, count in (
+            Job.objects.filter(state__in=LIVE_STATES).values_list("cluster__name", "project__name")
+            .annotate(count=Count("id")).order_by("cluster__name", "project__name")
+        ):
+            running.add_metric([cluster, project], count)
+        yield running
+
+    @staticmethod
+    def _ticks(clusters):
+        histogram = HistogramMetricFamily("allot_tick_duration_seconds", "Scheduling tick duration, lock to commit.",
+                                          labels=["cluster"])
+        for row in TickHistogram.objects.filter(cluster_id__in=clusters).select_related("cluster").order_by(
+            "cluster__name"
+        ):
+            counts = list(row.buckets) + [0] * (len(TICK_BUCKETS) + 1 - len(row.buckets))
+            cumulative, buckets = 0, []
+            for bound, count in zip([*map(str, TICK_BUCKETS), "+Inf"], counts, strict=False):
+                cumulative += count
+                buckets.append((bound, cumulative))
+            histogram.add_metric([row.cluster.name], buckets, row.sum_seconds)
+        yield histogram
+
+        ratio = GaugeMetricFamily("allot_unit_usage_ratio",
+                                  "Allocated GPU time used ÷ entitled over the window, per unit, at the last tick.",
+                                  labels=["cluster", "unit"])
+        last_tick = GaugeMetricFamily("allot_last_tick_timestamp_seconds", "When the last tick started.",
+                                      labels=["cluster"])
+        stranded = GaugeMetricFamily("allot_stranded_ratio",
+                                     "Free GPUs no job of `size` GPUs in one NVLink domain could use ÷ free GPUs.",
+                                     labels=["cluster", "size"])
+        largest = GaugeMetricFamily("allot_largest_placeable_gpus",
+                                    "GPUs of the largest one-domain job that could start now.", labels=["cluster"])
+        for cluster in clusters.values():
+            tick = Tick.objects.filter(cluster=cluster).order_by("-started_at", "-id").only(
+                "started_at", "unit_ratios").first()
+            if tick is not None:
+                last_tick.add_metric([cluster.name], tick.started_at.timestamp())
+                for unit, value in sorted(tick.unit_ratios.items()):
+                    ratio.add_metric([cluster.name, unit], value)
+            sample = ClusterSample.objects.filter(cluster=cluster).order_by("-at").only(
+                "stranded", "largest_placeable").first()
+            if sample is not None:
+                for size, value in sorted(sample.stranded.items(), key=lambda item: int(item[0])):
+                    stranded.add_metric([cluster.name, size], value)
+                largest.add_metric([cluster.name], sample.largest_placeable)
+        yield from (ratio, last_tick, stranded, largest)
+
+    @staticmethod
+    def _preemptions(names):
+        preemptions = CounterMetricFamily("allot_preemptions", "Preemptions by cause: job (fair share), drain, "
+                                          "down, defrag, max_runtime.", labels=["cluster", "cause"])
+        rows = {
+            row["job__cluster_id"]: row
+            for row in JobEvent.objects.filter(kind=EventKind.PREEMPT).values("job__cluster_id").annotate(
+                **{cause: Count("id", filter=condition) for cause, condition in PREEMPTION_CAUSES.items()},
+                all=Count("id"),
+            ).order_by()
+        }
+        for cluster_id, name in names.items():
+            row = rows.get(cluster_id, {})
+            for cause in PREEMPTION_CAUSES:
+                preemptions.add_metric([name, cause], row.get(cause, 0))
+            other = row.get("all", 0) - sum(row.get(cause, 0) for cause in PREEMPTION_CAUSES)
+            if other:
+                preemptions.add_metric([name, "other"], other)
+        yield preemptions
+
+    @staticmethod
+    def _hosts(names):
+        host_state = GaugeMetricFamily("allot_host_state", "1 for the state each host is in, 0 for the others.",
+                                       labels=["cluster", "host", "state"])
+        hosts = GaugeMetricFamily("allot_hosts", "Hosts by state.", labels=["cluster", "state"])
+        heartbeat = GaugeMetricFamily("allot_host_last_heartbeat_timestamp_seconds",
+                                      "When the host's agent last reported.", labels=["cluster", "host"])
+        counts = {(name, state): 0 for name in names.values() for state in HostState.values}
+        for cluster_id, host, state, last in Host.objects.values_list(
+            "domain__cluster_id", "name", "state", "last_heartbeat_at"
+        ).order_by("domain__cluster__name", "name"):
+            cluster = names[cluster_id]
+            counts[(cluster, state)] += 1
+            for value in HostState.values:
+                host_state.add_metric([cluster, host, value], 1 if value == state else 0)
+            if last is not None:
+                heartbeat.add_metric([cluster, host], last.timestamp())
+        for (cluster, state), count in counts.items():
+            hosts.add_metric([cluster, state], count)
+        yield from (host_state, hosts, heartbeat)
+
+    @staticmethod
+    def _xids():
+        xids = CounterMetricFamily("allot_xid_events", "NVIDIA XID errors reported by hosts' agents.",
+                                   labels=["cluster", "host", "xid"])
+        for cluster, host, code, count in (
+            HostEvent.objects.filter(kind=HostEvent.Kind.XID)
+            .values_list("host__domain__cluster__name", "host__name", "code").annotate(count=Count("id"))
+            .order_by("host__domain__cluster__name", "host__name", "code")
+        ):
+            xids.add_metric([cluster, host, str(code) if code is not None else "unknown"], count)
+        yield xids
+
+
+def metrics_text() -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(AllotCollector())
+    return generate_latest(registry)
+
+
+def metrics_view(request):
+    """Prometheus text format; when METRICS_TOKEN is set, only for `Authorization: Bearer <token>`."""
+    token = settings.METRICS_TOKEN
+    if token:
+        sent = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(sent.encode(), f"Bearer {token}".encode()):
+            response = HttpResponse("metrics need `Authorization: Bearer <METRICS_TOKEN>`\n", status=401,
+                                    content_type="text/plain; charset=utf-8")
+            response["WWW-Authenticate"] = 'Bearer realm="allot metrics"'
+            return response
+    return HttpResponse(metrics_text(), content_type=CONTENT_TYPE)

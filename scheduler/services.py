@@ -1,0 +1,273 @@
+"""Job workflows: submit, cancel, and the end of a run. Keyword-only, atomic, every change recorded."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from budgets.models import Unit
+from budgets.permissions import is_member, manages
+from budgets.selectors import share_of_cluster
+from scheduler.choices import LIVE_STATES, EventKind, JobState, Priority, Topology
+from scheduler.core.durations import format_duration
+from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess
+from topology.models import Cluster, Gpu, Host
+
+MAX_COMMAND_LENGTH = 20000
+MAX_NAME_LENGTH = 200
+
+
+class JobError(Exception):
+    """A request refused; `errors` maps each field to its messages (the API's 400 body)."""
+
+    def __init__(self, errors: dict[str, list[str]]):
+        self.errors = errors
+        super().__init__("; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items()))
+
+
+@dataclass
+class JobRequest:
+    """A submission, as the API and the CLI send it (durations in seconds)."""
+
+    cluster: str
+    project: str
+    gpus: int
+    min_runtime: int
+    resumable: bool
+    command: str = ""
+    name: str = ""
+    gpus_per_host: int | None = None
+    gpu_type: str = ""
+    gpu_milli: int = 1000
+    topology: str = Topology.ANY
+    max_runtime: int | None = None
+    priority: str = Priority.NORMAL
+    cpus: int = 0
+    memory_gib: int = 0
+    simulated_duration: int | None = None
+
+
+def _host_limits(cluster: Cluster) -> dict:
+    hosts = Host.objects.filter(domain__cluster=cluster)
+    return {
+        "gpu_types": sorted(set(hosts.values_list("gpu_type", flat=True))),
+        **hosts.aggregate(max_gpus_per_host=Max("gpu_count"), max_cpus=Max("cpus"), max_memory=Max("memory_gib")),
+    }
+
+
+def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
+    """Every check of DESIGN.md §7, each error naming its field and the limit."""
+    errors: dict[str, list[str]] = {}
+
+    def refuse(field: str, message: str):
+        errors.setdefault(field, []).append(message)
+
+    cluster = Cluster.objects.filter(name=request.cluster).first()
+    if cluster is None:
+        refuse("cluster", f"no cluster named {request.cluster!r}")
+    project = Unit.objects.filter(name=request.project).first()
+    if project is None:
+        refuse("project", f"no project named {request.project!r}")
+    elif project.children.exists():
+        names = ", ".join(project.children.order_by("name").values_list("name", flat=True))
+        refuse("project", f"{project.name} is not a project (jobs are charged to a unit with no children: {names})")
+    elif not is_member(user, project):
+        refuse("project", f"you are not a member of {project.name}; ask one of its managers to add you")
+
+    if request.gpus < 1:
+        refuse("gpus", f"must be at least 1; got {request.gpus}")
+    if not 1 <= request.gpu_milli <= 1000:
+        refuse("gpu_milli", f"must be between 1 and 1000; got {request.gpu_milli}")
+    elif request.gpu_milli < 1000 and request.gpus != 1:
+        refuse("gpu_milli", "a fraction of a GPU is only for a 1-GPU job")
+    if request.gpus_per_host is not None:
+        if request.gpus_per_host < 1:
+            refuse("gpus_per_host", f"must be at least 1; got {request.gpus_per_host}")
+        elif request.gpus >= 1 and request.gpus % request.gpus_per_host:
+            refuse("gpus_per_host", f"{request.gpus} GPUs do not split evenly into hosts of {request.gpus_per_host}")
+    if request.topology not in Topology.values:
+        refuse("topology", f"must be one of {', '.join(Topology.values)}")
+    if request.priority not in Priority.values:
+        refuse("priority", f"must be one of {', '.join(Priority.values)}")
+    if request.min_runtime < 0:
+        refuse("min_runtime", "must be 0 (unallocated) or more seconds")
+    if request.max_runtime is not None and request.max_runtime < max(request.min_runtime, 1):
+        refuse("max_runtime", f"must be at least the minimum runtime ({format_duration(request.min_runtime)})")
+    if request.cpus < 0:
+        refuse("cpus", "must be 0 or more")
+    if request.memory_gib < 0:
+        refuse("memory_gib", "must be 0 or more")
+    if len(request.name) > MAX_NAME_LENGTH:
+        refuse("name", f"must be at most {MAX_NAME_LENGTH} characters")
+    if len(request.command) > MAX_COMMAND_LENGTH:
+        refuse("command", f"must be at most {MAX_COMMAND_LENGTH} characters")
+    if request.simulated_duration is not None and request.simulated_duration < 1:
+        refuse("simulated_duration", "must be at least 1 second")
+
+    if cluster is not None:
+        if request.min_runtime > cluster.max_min_runtime_seconds:
+            refuse(
+                "min_runtime",
+                f"{format_duration(request.min_runtime)} is over the cap of {cluster.name}: "
+                f"{format_duration(cluster.max_min_runtime_seconds)}",
+            )
+        if cluster.executor == "agent" and not request.command.strip():
+            refuse("command", "required: the agent runs this command on the job's hosts")
+        limits = _host_limits(cluster)
+        wanted_types = [t for t in request.gpu_type.split("|") if t]
+        unknown = [t for t in wanted_types if t not in limits["gpu_types"]]
+        if unknown:
+            refuse("gpu_type", f"{cluster.name} has no {', '.join(unknown)} GPUs "
+                               f"(it has {', '.join(limits['gpu_types'])})")
+        total = cluster.gpu_counts()["total"]
+        if request.gpus > total:
+            refuse("gpus", f"{request.gpus} is more than {cluster.name} has ({total})")
+        elif request.topology == Topology.DOMAIN and request.gpus > cluster.largest_domain_capacity():
+            refuse(
+                "gpus",
+                f"a domain job needs all its GPUs in one NVLink domain; the largest domain of {cluster.name} "
+                f"holds {cluster.largest_domain_capacity()}",
+            )
+        per_host = limits["max_gpus_per_host"] or 1
+        if request.gpus_per_host and request.gpus_per_host > per_host:
+            refuse("gpus_per_host", f"no host of {cluster.name} has more than {per_host} GPUs")
+        # CPUs and memory are per job, split evenly over the hosts it spans.
+        hosts_needed = -(-max(request.gpus, 1) // (request.gpus_per_host or per_host))
+        for field, asked, per_host_limit in (
+            ("cpus", request.cpus, limits["max_cpus"]), ("memory_gib", request.memory_gib, limits["max_memory"]),
+        ):
+            if per_host_limit and asked > per_host_limit * hosts_needed:
+                refuse(field, f"{asked} is more than {hosts_needed} host(s) of {cluster.name} have "
+                              f"({per_host_limit} per host)")
+        if project is not None and not errors.get("project") and request.min_runtime > 0:
+            if share_of_cluster(project, cluster) <= 0:
+                refuse(
+                    "min_runtime",
+                    f"{project.name} has no allocation on {cluster.name}: submit with min_runtime 0 to run "
+                    "unallocated (free, preemptible at any time), or ask for a budget",
+                )
+    if errors:
+        raise JobError(errors)
+    return cluster, project
+
+
+@transaction.atomic
+def job_submit(*, user, request: JobRequest, at: datetime | None = None) -> Job:
+    cluster, project = job_validate(user=user, request=request)
+    at = at or timezone.now()
+    job = Job.objects.create(
+        cluster=cluster, project=project, user=user, name=request.name, command=request.command,
+        gpus=request.gpus, gpus_per_host=request.gpus_per_host, gpu_type=request.gpu_type,
+        gpu_milli=request.gpu_milli, topology=request.topology, cpus=request.cpus, memory_gib=request.memory_gib,
+        min_runtime=request.min_runtime, resumable=request.resumable, max_runtime=request.max_runtime,
+        priority=request.priority, submitted_at=at, simulated_duration=request.simulated_duration,
+        pending_reason="waiting for the next scheduling tick",
+    )
+    contract = (
+        f"allocated: protected for {format_duration(job.min_runtime)}" if job.allocated
+        else "unallocated: free, preemptible at any time"
+    )
+    JobEvent.objects.create(
+        job=job, at=at, kind=EventKind.SUBMIT, actor=user.get_username(),
+        detail=f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} on {cluster.name} for {project.name}; {contract}"
+        f"{'; resumable' if job.resumable else ''}",
+    )
+    return job
+
+
+def can_cancel(user, job: Job) -> bool:
+    return job.user_id == user.pk or user.is_superuser or manages(user, job.project)
+
+
+@transaction.atomic
+def job_cancel(*, job: Job, actor, reason: str = "", at: datetime | None = None) -> Job:
+    """Cancel: a pending job ends at once; a live one is stopped (SIGTERM, grace, SIGKILL) first."""
+    at = at or timezone.now()
+    who = actor.get_username() if hasattr(actor, "get_username") else str(actor)
+    detail = f"cancelled by {who}" + (f": {reason}" if reason else "")
+    if Job.objects.filter(pk=job.pk, state=JobState.PENDING).update(
+        state=JobState.CANCELLED, ended_at=at, queue_position=None, pending_reason="", estimated_start=None
+    ):
+        JobEvent.objects.create(job=job, at=at, kind=EventKind.CANCEL, actor=who, cause="cancel", detail=detail)
+    elif Job.objects.filter(pk=job.pk, state__in=LIVE_STATES).exclude(stop_cause="cancel").update(
+        stop_cause="cancel",
+        stop_deadline=at + timezone.timedelta(seconds=job.cluster.grace_period_seconds),
+    ):
+        JobEvent.objects.create(
+            job=job, at=at, kind=EventKind.CANCEL, actor=who, cause="cancel",
+            detail=f"{detail}; stopping its processes",
+        )
+    job.refresh_from_db()
+    return job
+
+
+def release_gpus(job: Job, *, at: datetime, hosts=None) -> int:
+    """Let go of the job's live GPUs (on `hosts` only, when given); keeps the per-GPU milli in step."""
+    live = GpuAssignment.objects.filter(job=job, released_at__isnull=True)
+    if hosts is not None:
+        live = live.filter(gpu__host__in=hosts)
+    rows = list(live.values_list("pk", "gpu_id", "milli"))
+    for _, gpu_id, milli in rows:
+        Gpu.objects.filter(pk=gpu_id).update(allocated_milli=F("allocated_milli") - milli)
+    GpuAssignment.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(released_at=at)
+    return len(rows)
+
+
+@transaction.atomic
+def job_end_run(*, job: Job, outcome: str, at: datetime, actor: str, cause: str = "", detail: str = "",
+                exit_code: int | None = None) -> Job | None:
+    """End the current run of a live job and decide what becomes of it.
+
+    `outcome` is what happened to the processes: `exited` (with `exit_code`),
+    `stopped` (for the job's stop_cause), or `lost` (its host went down).
+    Returns None when another writer got there first (compare-and-swap).
+    """
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.state not in LIVE_STATES:
+        return None
+    stop = cause or job.stop_cause
+    run_seconds = (at - job.run_started_at).total_seconds() if job.run_started_at else 0
+    if outcome == "exited" and exit_code == 0 and not stop:
+        state, kind = JobState.COMPLETED, EventKind.FINISH
+    elif stop == "cancel":
+        state, kind = JobState.CANCELLED, EventKind.STOP
+    elif stop == "max_runtime" or stop.startswith("failed"):
+        # Its own limit, or one of its ranks failed: never requeued.
+        state, kind = JobState.FAILED, EventKind.STOP if stop == "max_runtime" else EventKind.FAIL
+    elif stop or outcome == "lost":
+        # Preempted (fairness, drain, defrag) or lost with its host: resumable jobs requeue.
+        state = JobState.PENDING if job.resumable else (JobState.PREEMPTED if outcome != "lost" else JobState.FAILED)
+        kind = EventKind.REQUEUE if state == JobState.PENDING else (
+            EventKind.STOP if state == JobState.PREEMPTED else EventKind.FAIL)
+    else:
+        state, kind = JobState.FAILED, EventKind.FAIL
+
+    release_gpus(job, at=at)
+    unfinished = [JobProcess.State.ASSIGNED, JobProcess.State.RUNNING]
+    JobProcess.objects.filter(job=job, run=job.run, state__in=unfinished).update(
+        state=JobProcess.State.LOST if outcome == "lost" else JobProcess.State.EXITED, ended_at=at
+    )
+    updates = {
+        "state": state, "stop_cause": "", "stop_deadline": None, "preempted_for": None, "exit_code": exit_code,
+    }
+    if state == JobState.PENDING:
+        updates.update(
+            restarts=F("restarts") + 1, run_started_at=None, pending_reason="requeued; waiting for the next tick"
+        )
+    else:
+        updates.update(ended_at=at)
+    Job.objects.filter(pk=job.pk).update(**updates)
+    summary = detail or {
+        JobState.COMPLETED: f"finished after {format_duration(run_seconds)}",
+        JobState.CANCELLED: "stopped after cancel",
+        JobState.PENDING: f"requeued with its original submit time after {format_duration(run_seconds)} "
+                          f"({stop or 'host lost'})",
+        JobState.PREEMPTED: f"preempted and not resumable: stopped for good ({stop})",
+        JobState.FAILED: f"failed: {stop or outcome}"
+                         + (f", exit code {exit_code}" if exit_code is not None else ""),
+    }[state]
+    JobEvent.objects.create(job=job, at=at, kind=kind, actor=actor, cause=stop, detail=summary)
+    job.refresh_from_db()
+    return job

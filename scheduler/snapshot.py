@@ -1,0 +1,155 @@
+"""The only reader for scheduling: the ORM's state of one cluster as a core Snapshot.
+
+A handful of set-based queries, whatever the number of jobs: hosts, GPUs,
+units and shares, window usage from run intervals, live assignments, live
+jobs, pending jobs.
+"""
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
+
+from budgets.models import Unit
+from budgets.selectors import current_shares
+from scheduler.choices import LIVE_STATES, EventKind, JobState
+from scheduler.core import model as core
+from scheduler.models import GpuAssignment, Job, JobEvent
+from scheduler.usage import project_usage
+from topology.choices import GpuHealth
+from topology.models import Domain, Gpu, Host
+
+PRIORITY = {"low": core.PRIORITY_LOW, "normal": core.PRIORITY_NORMAL, "high": core.PRIORITY_HIGH}
+
+
+def seconds(at: datetime | None) -> float | None:
+    """Core time: epoch seconds."""
+    return at.timestamp() if at is not None else None
+
+
+def moment(value: float | None) -> datetime | None:
+    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None
+
+
+@dataclass
+class TickInput:
+    """A snapshot plus what the writer needs to map decisions back to rows."""
+
+    snapshot: core.Snapshot
+    now: datetime
+    gpu_pks: dict[str, int]  # "host:index" → Gpu pk
+    host_pks: dict[str, int]
+    pending_fields: dict[int, tuple]  # job pk → (queue_position, pending_reason, estimated_start) as stored
+
+
+def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
+    now = now or timezone.now()
+    domains = list(Domain.objects.filter(cluster=cluster).select_related("block").order_by("name"))
+    hosts = list(Host.objects.filter(domain__cluster=cluster).order_by("domain__name", "position"))
+    gpus_by_host: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
+    gpu_pks: dict[str, int] = {}
+    host_names = {host.pk: host.name for host in hosts}
+    for pk, host_id, index, health in (
+        Gpu.objects.filter(host__domain__cluster=cluster).order_by("host_id", "index")
+        .values_list("pk", "host_id", "index", "health")
+    ):
+        gpu_id = f"{host_names[host_id]}:{index}"
+        gpu_pks[gpu_id] = pk
+        if health == GpuHealth.OK:
+            gpus_by_host[host_id].append(gpu_id)
+
+    domain_names = {domain.pk: domain.name for domain in domains}
+    hosts_by_domain: dict[int, list[str]] = defaultdict(list)
+    core_hosts = []
+    for host in hosts:
+        hosts_by_domain[host.domain_id].append(host.name)
+        core_hosts.append(core.Host(
+            name=host.name, domain=domain_names[host.domain_id], gpu_type=host.gpu_type,
+            gpus=tuple(gpus_by_host[host.pk]), state=host.state, cpus=host.cpus, memory_gib=host.memory_gib,
+            fast_lane=host.fast_lane,
+        ))
+    topology = core.Topology(
+        domains=tuple(
+            core.Domain(name=d.name, hosts=tuple(hosts_by_domain[d.pk]), block=d.block.name if d.block else None,
+                        kind=d.kind)
+            for d in domains
+        ),
+        hosts=tuple(core_hosts),
+    )
+
+    units = list(Unit.objects.values_list("pk", "name", "parent_id"))
+    unit_names = {pk: name for pk, name, _ in units}
+    shares = current_shares(cluster, now)
+    ended = project_usage(cluster, now=now, include_running=False)
+    core_units = tuple(
+        core.Unit(
+            name=name, parent=unit_names.get(parent_id), share=float(shares[pk]) if pk in shares else None,
+            allocated_usage=ended[pk].allocated if pk in ended else 0.0,
+            unallocated_usage=ended[pk].unallocated if pk in ended else 0.0,
+        )
+        for pk, name, parent_id in sorted(units, key=lambda row: row[1])
+    )
+
+    held: dict[int, list[str]] = defaultdict(list)
+    gpu_names = {pk: gpu_id for gpu_id, pk in gpu_pks.items()}
+    for job_id, gpu_pk in (
+        GpuAssignment.objects.filter(released_at__isnull=True, job__cluster=cluster)
+        .order_by("job_id", "gpu_id").values_list("job_id", "gpu_id")
+    ):
+        held[job_id].append(gpu_names[gpu_pk])
+
+    job_fields = [
+        "pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type", "topology",
+        "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "submitted_at",
+    ]
+    running = []
+    for row in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).values(
+        *job_fields, "run_started_at", "last_checkpoint_at", "stop_cause", "stop_deadline", "preempted_for_id"
+    ).order_by("pk"):
+        if not held.get(row["pk"]):
+            continue  # nothing held: the writer will end it (see tick.reconcile)
+        running.append(core.RunningJob(
+            id=str(row["pk"]), project=row["project__name"], gpu_ids=tuple(held[row["pk"]]),
+            start_time=seconds(row["run_started_at"] or now), min_runtime=row["min_runtime"],
+            resumable=row["resumable"], submit_time=seconds(row["submitted_at"]), seq=row["pk"],
+            user=row["user__username"], gpu_milli=row["gpu_milli"], topology=row["topology"],
+            max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
+            memory_gib=row["memory_gib"], last_checkpoint=seconds(row["last_checkpoint_at"]),
+            state=core.PREEMPTING if row["stop_cause"] else core.RUNNING,
+            preempted_for=str(row["preempted_for_id"]) if row["preempted_for_id"] else None,
+            grace_ends=seconds(row["stop_deadline"]),
+        ))
+    earmarked: dict[str, list[str]] = defaultdict(list)
+    for job in running:
+        if job.preempted_for:
+            earmarked[job.preempted_for].extend(job.gpu_ids)
+
+    pending = []
+    pending_fields = {}
+    for row in Job.objects.filter(cluster=cluster, state=JobState.PENDING).values(
+        *job_fields, "queue_position", "pending_reason", "estimated_start"
+    ).order_by("pk"):
+        pending_fields[row["pk"]] = (row["queue_position"], row["pending_reason"], row["estimated_start"])
+        pending.append(core.PendingJob(
+            id=str(row["pk"]), project=row["project__name"], gpus=row["gpus"], min_runtime=row["min_runtime"],
+            resumable=row["resumable"], submit_time=seconds(row["submitted_at"]), seq=row["pk"],
+            user=row["user__username"], gpus_per_host=row["gpus_per_host"], gpu_milli=row["gpu_milli"],
+            gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t), topology=row["topology"],
+            max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
+            memory_gib=row["memory_gib"], earmarked_gpus=tuple(sorted(earmarked.get(str(row["pk"]), ()))),
+        ))
+
+    migrations = tuple(
+        seconds(at) for at in JobEvent.objects.filter(
+            job__cluster=cluster, kind=EventKind.PREEMPT, cause="defrag", at__gte=now - timedelta(hours=1)
+        ).order_by("at").values_list("at", flat=True)
+    )
+    snapshot = core.Snapshot(
+        topology=topology, units=core_units, running=tuple(running), pending=tuple(pending),
+        recent_defrag_migrations=migrations,
+    )
+    return TickInput(
+        snapshot=snapshot, now=now, gpu_pks=gpu_pks, host_pks={host.name: host.pk for host in hosts},
+        pending_fields=pending_fields,
+    )

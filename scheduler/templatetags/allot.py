@@ -1,0 +1,105 @@
+from django import template
+from django.utils import timezone
+
+from scheduler.core.durations import format_duration
+
+register = template.Library()
+
+
+@register.filter
+def duration(seconds):
+    """Seconds as 45s, 15m, 2h30m, 7d."""
+    if seconds in (None, ""):
+        return "—"
+    return format_duration(float(seconds))
+
+
+@register.filter
+def since(moment):
+    """How long ago: 5m, 2h10m."""
+    if not moment:
+        return "—"
+    return format_duration((timezone.now() - moment).total_seconds())
+
+
+@register.filter
+def until(moment):
+    """How long from now: in 5m, or 'now' once passed."""
+    if not moment:
+        return "—"
+    seconds = (moment - timezone.now()).total_seconds()
+    return f"in {format_duration(seconds)}" if seconds > 0 else "now"
+
+
+@register.filter
+def ratio(value):
+    """A usage ratio as people read it: 40 %."""
+    if value in (None, ""):
+        return "—"
+    from scheduler.selectors import format_percent
+
+    return format_percent(float(value))
+
+
+@register.filter
+def hostlist(names):
+    """Host names folded Slurm-style: nvl72-01-h[01-16]."""
+    from scheduler.hostlist import compress
+
+    return compress(names or [])
+
+
+@register.filter
+def iso_time(value):
+    """An ISO timestamp (as the tick stores reservations) as local time and how far off: 14:05 (in 50m)."""
+    from datetime import datetime
+
+    if not value:
+        return "—"
+    try:
+        moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    local = timezone.localtime(moment) if timezone.is_aware(moment) else moment
+    return f"{local:%H:%M} ({until(moment)})"
+
+
+@register.filter
+def cause_link(cause):
+    """A machine cause (job:812, drain:host, down:host, defrag, max_runtime, cancel) as words with links."""
+    from django.urls import reverse
+    from django.utils.html import format_html
+
+    if not cause:
+        return ""
+    kind, _, subject = str(cause).partition(":")
+    if kind == "job" and subject.isdigit():
+        return format_html('for <a href="{}">job {}</a>', reverse("job-detail", args=[int(subject)]), subject)
+    if kind in ("drain", "down") and subject:
+        words = "drain of" if kind == "drain" else "host down:"
+        return format_html('{} <a href="{}">{}</a>', words, reverse("host-detail", args=[subject]), subject)
+    return {"defrag": "defragmentation", "max_runtime": "maximum runtime reached", "cancel": "cancelled"}.get(
+        str(cause), str(cause))
+
+
+@register.filter
+def percent_of(value, whole):
+    """value / whole as a percent for widths: 0..100."""
+    try:
+        return max(0.0, min(100.0, float(value) / float(whole) * 100)) if float(whole) else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
+@register.filter
+def gpu_summary(detail):
+    """A start event's GPU ids ("h:0 h:1 …") as "8 GPUs on nvl72-01-h[01-02]"."""
+    from scheduler.hostlist import compress
+
+    gpu_ids = str(detail or "").split()
+    if not gpu_ids or not all(":" in gpu_id for gpu_id in gpu_ids):
+        return detail
+    hosts = compress({gpu_id.rsplit(":", 1)[0] for gpu_id in gpu_ids})
+    if len(gpu_ids) == 1:
+        return f"GPU {gpu_ids[0]}"
+    return f"{len(gpu_ids)} GPUs on {hosts}"

@@ -1,0 +1,182 @@
+"""The tick: lock → snapshot → core.schedule → apply in one transaction → tick record.
+
+`apply_decisions` is the only writer of scheduling decisions. Every change is
+a compare-and-swap on the job's state, and the database refuses a GPU held
+twice, so a tick that raced another (or crashed half-way, rolled back) leaves
+nothing double-booked: the next tick starts again from what is committed.
+"""
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from scheduler import core
+from scheduler.choices import LIVE_STATES, EventKind, JobState
+from scheduler.core.durations import format_duration
+from scheduler.executors import advance_simulated, expire_heartbeats, reconcile
+from scheduler.history import after_tick
+from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess, Tick
+from scheduler.services import job_end_run
+from scheduler.snapshot import TickInput, build_snapshot, moment
+from topology.choices import Executor, HostState
+from topology.models import Cluster, Gpu, Host
+
+log = logging.getLogger(__name__)
+SCHEDULER = "system:scheduler"
+
+
+@dataclass
+class TickResult:
+    cluster: str
+    started: int = 0
+    preempted: int = 0
+    pending: int = 0
+    running: int = 0
+    skipped: list = field(default_factory=list)  # decisions another writer made stale
+    tick: Tick | None = None
+
+
+def run_tick(cluster: Cluster, *, now: datetime | None = None, leader: str = "") -> TickResult:
+    """One scheduling pass over `cluster`. The caller holds the leader lock."""
+    began = time.perf_counter()
+    now = now or timezone.now()
+    expire_heartbeats(cluster, now=now)
+    if cluster.executor == Executor.SIMULATED:
+        advance_simulated(cluster, now=now)
+    reconcile(cluster, now=now)
+
+    snapshot_began = time.perf_counter()
+    tick_input = build_snapshot(cluster, now=now)
+    decide_began = time.perf_counter()
+    decisions = core.schedule(tick_input.snapshot, now=now.timestamp(), policy=cluster.scheduling_policy())
+    apply_began = time.perf_counter()
+    try:
+        result = apply_decisions(cluster, tick_input, decisions)
+    except IntegrityError as error:
+        # Another writer changed the GPUs under us: nothing of this tick was kept.
+        log.warning("tick on %s rolled back: %s", cluster.name, error)
+        result = TickResult(cluster=cluster.name, skipped=[f"rolled back: {error}"])
+    finished = time.perf_counter()
+    result.tick = Tick.objects.create(
+        cluster=cluster, started_at=now, duration=finished - began, snapshot_seconds=decide_began - snapshot_began,
+        decide_seconds=apply_began - decide_began, apply_seconds=finished - apply_began, started=result.started,
+        preempted=result.preempted, pending=result.pending, running=result.running, leader=leader,
+        unit_ratios={name: ratio for name, ratio in decisions.unit_ratios.items() if ratio != float("inf")},
+        reservations=[
+            {"job": int(r.job_id), "domain": r.domain, "hosts": list(r.hosts),
+             "expected_start": moment(r.expected_start).isoformat(), "reason": r.reason}
+            for r in decisions.reservations
+        ],
+    )
+    try:
+        after_tick(cluster, now=now, duration=result.tick.duration, running_jobs=result.running)
+    except DatabaseError as error:
+        # The dashboards' bookkeeping never costs a tick.
+        log.warning("tick bookkeeping on %s failed: %s", cluster.name, error)
+    return result
+
+
+@transaction.atomic
+def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Decisions) -> TickResult:
+    now = tick_input.now
+    result = TickResult(cluster=cluster.name)
+    for preemption in decisions.preemptions:
+        if _apply_preemption(cluster, preemption, now):
+            result.preempted += 1
+        else:
+            result.skipped.append(f"preempt {preemption.job_id}")
+    for start in decisions.starts:
+        if _apply_start(cluster, tick_input, start, now):
+            result.started += 1
+        else:
+            result.skipped.append(f"start {start.job_id}")
+    for change in decisions.host_changes:
+        host = Host.objects.select_for_update().get(name=change.host)
+        if host.state == HostState.DRAINING and change.state == HostState.DRAINED:
+            host.set_state(change.state, actor=SCHEDULER, reason=change.reason, at=now)
+    _write_queue_fields(tick_input, decisions)
+    result.pending = len(decisions.pending)
+    result.running = Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).count()
+    return result
+
+
+def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now: datetime) -> bool:
+    job_pk = int(start.job_id)
+    state = JobState.RUNNING if cluster.executor == Executor.SIMULATED else JobState.STARTING
+    claimed = Job.objects.filter(pk=job_pk, state=JobState.PENDING).update(
+        state=state, run_started_at=now, queue_position=None, pending_reason="", estimated_start=None,
+    )
+    if not claimed:
+        return False
+    Job.objects.filter(pk=job_pk, started_at__isnull=True).update(started_at=now)
+    gpu_pks = [tick_input.gpu_pks[gpu_id] for gpu_id in start.gpu_ids]
+    GpuAssignment.objects.bulk_create(
+        [GpuAssignment(job_id=job_pk, gpu_id=pk, milli=start.gpu_milli, assigned_at=now) for pk in gpu_pks]
+    )
+    # The check constraint refuses a GPU beyond 1000 milli: an overcommit rolls the tick back.
+    Gpu.objects.filter(pk__in=gpu_pks).update(allocated_milli=F("allocated_milli") + start.gpu_milli)
+    job = Job.objects.only("restarts").get(pk=job_pk)
+    hosts = sorted({gpu_id.rsplit(":", 1)[0] for gpu_id in start.gpu_ids})
+    JobProcess.objects.bulk_create([
+        JobProcess(job_id=job_pk, host_id=tick_input.host_pks[host], run=job.restarts, rank=rank)
+        for rank, host in enumerate(hosts)
+    ])
+    JobEvent.objects.create(
+        job_id=job_pk, at=now, kind=EventKind.START, actor=SCHEDULER,
+        detail=" ".join(
+            gpu_id if start.gpu_milli == 1000 else f"{gpu_id}@{start.gpu_milli}" for gpu_id in start.gpu_ids
+        ),
+        cause=start.reason[:200],
+    )
+    return True
+
+
+def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: datetime) -> bool:
+    job_pk = int(preemption.job_id)
+    if preemption.cause.startswith("down:"):
+        # The host is gone and its processes with it: the run ends now.
+        job = Job.objects.filter(pk=job_pk, state__in=LIVE_STATES).first()
+        if job is None:
+            return False
+        JobEvent.objects.create(job=job, at=now, kind=EventKind.PREEMPT, actor=SCHEDULER,
+                                cause=preemption.cause, detail=preemption.reason)
+        Job.objects.filter(pk=job_pk).update(preemptions=F("preemptions") + 1)
+        return job_end_run(job=job, outcome="lost", at=now, actor=SCHEDULER, cause=preemption.cause) is not None
+    claimed = Job.objects.filter(pk=job_pk, state__in=[JobState.STARTING, JobState.RUNNING], stop_cause="").update(
+        state=JobState.PREEMPTING, stop_cause=preemption.cause,
+        stop_deadline=now + timedelta(seconds=preemption.grace),
+        preempted_for_id=int(preemption.preemptor) if preemption.preemptor else None,
+        preemptions=F("preemptions") + 1,
+    )
+    if not claimed:
+        return False
+    JobEvent.objects.create(
+        job_id=job_pk, at=now, kind=EventKind.PREEMPT, actor=SCHEDULER, cause=preemption.cause,
+        detail=f"{preemption.reason} (SIGTERM now, SIGKILL after {format_duration(preemption.grace)}; "
+               f"{'requeues' if preemption.requeue else 'does not requeue'})",
+    )
+    return True
+
+
+def _write_queue_fields(tick_input: TickInput, decisions: core.Decisions) -> None:
+    """Store position, reason and estimate on pending jobs, writing only the rows that changed."""
+    rows = []
+    for job_id, status in decisions.pending.items():
+        pk = int(job_id)
+        new = (status.position, status.reason[:1000], moment(status.estimated_start))
+        if tick_input.pending_fields.get(pk) != new:
+            rows.append((*new, pk))
+    if not rows:
+        return
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {table} SET queue_position = %s, pending_reason = %s, estimated_start = %s "
+            f"WHERE id = %s AND state = 'pending'",
+            rows,
+        )

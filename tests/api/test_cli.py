@@ -1,0 +1,114 @@
+"""`allot`, the CLI, against a live server: login keeps a private token; submit, queue, show, cancel, hosts."""
+
+import json
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from client.cli import main
+from scheduler.models import Job
+from scheduler.tick import run_tick
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def cli(demo, live_server, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("ALLOT_TOKEN", raising=False)
+
+    def run(*argv, stdin=None):
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", __import__("io").StringIO(stdin))
+        code = main(["--server", live_server.url, *argv])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run
+
+
+def login(cli, user="alice"):
+    code, out, _ = cli("login", "-u", user, "--password-stdin", stdin="allot-demo\n")
+    assert code == 0, out
+    return out
+
+
+def test_login_keeps_the_token_readable_only_by_its_owner(cli, tmp_path):
+    out = login(cli)
+    path = tmp_path / "config" / "allot" / "config.json"
+    assert str(path) in out
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert json.loads(path.read_text())["username"] == "alice"
+
+
+def test_a_wrong_password_fails_with_the_server_s_reason(cli):
+    code, _, err = cli("login", "-u", "alice", "--password-stdin", stdin="nope\n")
+    assert code == 1 and "Unable to log in with provided credentials" in err
+
+
+def test_commands_need_a_login(cli):
+    code, _, err = cli("queue")
+    assert code == 3 and "not logged in: run `allot login` first" in err
+
+
+def test_submit_queue_show_cancel(cli, demo):
+    login(cli)
+    code, out, _ = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "8", "--min-runtime",
+                       "2h", "--resumable", "--", "python", "train.py", "--lr", "3e-4")
+    assert code == 0 and "Submitted job" in out
+    job = Job.objects.get()
+    assert (job.min_runtime, job.resumable, job.command) == (7200, True, "python train.py --lr 3e-4")
+
+    code, out, _ = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "80", "--topology",
+                       "domain", "--min-runtime", "1h", "--", "python", "big.py")
+    assert code == 1
+    for big in range(2):
+        cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "72", "--topology", "domain",
+            "--min-runtime", "1h", "--json", "--", "python", "big.py")
+    run_tick(demo)
+    run_tick(demo)
+
+    code, out, _ = cli("queue")
+    assert code == 0
+    header = out.splitlines()[0].split()
+    assert header == ["ID", "CLUSTER", "PROJECT", "USER", "STATE", "GPUS", "POS", "AGE", "REASON/HOSTS"]
+    assert f"{job.pk}" in out and "running" in out
+
+    code, out, _ = cli("queue", "--json", "--mine")
+    rows = json.loads(out)
+    assert {row["user"] for row in rows} == {"alice"} and len(rows) == 3
+
+    code, out, _ = cli("show", str(job.pk))
+    assert code == 0 and "allocated, protected for 2h, resumable" in out and "Events:" in out and "start" in out
+
+    code, out, _ = cli("cancel", str(job.pk), "--reason", "done with it")
+    assert code == 0 and f"job {job.pk}" in out
+    code, _, err = cli("cancel", "999999")
+    assert code == 1 and "no job 999999" in err
+
+
+def test_submit_refusals_name_the_field(cli):
+    login(cli)
+    code, _, err = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "8",
+                       "--min-runtime", "9h", "--", "python", "train.py")
+    assert code == 1 and "min_runtime: 9h is over the cap of gb200-east: 8h" in err
+    with pytest.raises(SystemExit) as usage:
+        cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "8", "--min-runtime", "two hours")
+    assert usage.value.code == 2
+
+
+def test_hosts_lists_state_and_reason(cli):
+    login(cli, "olga")
+    code, out, _ = cli("hosts", "--state", "down")
+    assert code == 0 and "nvl72-03-h07" in out and "unhealthy_hosts" in out
+    code, out, _ = cli("hosts", "--json", "--cluster", "gb200-east")
+    assert len(json.loads(out)) == 80
+
+
+def test_the_cli_and_the_agent_import_no_django():
+    probe = "import sys, client.cli, client.agent; print(sorted(m for m in sys.modules if m.startswith('django')))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
