@@ -232,10 +232,7 @@ def _decide(request, pk, form_key, form, act, done):
     budget_request = _visible_request(request, pk)
     if form.is_valid():
         try:
-            result = act(budget_request, form)
-        except PermissionDenied as denied:
-            messages.error(request, str(denied) or "You may not decide this request.")
-            return redirect("budget-request-detail", pk=pk)
+            result = act(budget_request, form)  # PermissionDenied → 403 with its message
         except ValidationError as error:
             add_service_errors(form, error, aliases={"take_from": None, "status": None, "ends_at": None})
         else:
@@ -299,9 +296,7 @@ def request_escalate(request, pk):
 def request_cancel(request, pk):
     budget_request = _visible_request(request, pk)
     try:
-        services.budget_request_cancel(request=budget_request, user=request.user)
-    except PermissionDenied as denied:
-        messages.error(request, str(denied))
+        services.budget_request_cancel(request=budget_request, user=request.user)  # PermissionDenied → 403
     except ValidationError as error:
         messages.error(request, " ".join(m for ms in error.message_dict.values() for m in ms))
     else:

@@ -19,7 +19,7 @@ router.register("jobs", JobViewSet)
 urlpatterns = [
     path("v1/auth/token/", obtain_auth_token, name="api-token"),
     path("v1/agent/heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),
-    path("v1/", include(router.urls)),
+    path("v1/", include((router.urls, "api"))),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]

@@ -14,3 +14,8 @@ urlpatterns = [
     path("", include("scheduler.urls")),
     path("metrics", metrics_view, name="metrics"),
 ]
+
+handler400 = "config.errors.bad_request"
+handler403 = "config.errors.permission_denied"
+handler404 = "config.errors.not_found"
+handler500 = "config.errors.server_error"

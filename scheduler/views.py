@@ -1,6 +1,7 @@
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
@@ -82,8 +83,8 @@ def job_detail(request, pk):
 def job_cancel_view(request, pk):
     job = get_object_or_404(Job, pk=pk)
     if not can_cancel(request.user, job):
-        messages.error(request, f"Only {job.user.username} or a manager of {job.project.name} may cancel job {job.pk}.")
-    elif job.is_final:
+        raise PermissionDenied(f"Only {job.user.username} or a manager of {job.project.name} may cancel job {job.pk}.")
+    if job.is_final:
         messages.error(request, f"Job {job.pk} already ended ({job.state}).")
     else:
         job = job_cancel(job=job, actor=request.user, reason=request.POST.get("reason", "")[:500])

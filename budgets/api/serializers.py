@@ -6,7 +6,7 @@ from topology.models import Cluster
 
 
 class UnitSerializer(serializers.ModelSerializer):
-    parent = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    parent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     children = serializers.SerializerMethodField()
     managers = serializers.SerializerMethodField()
     members = serializers.SerializerMethodField()
@@ -45,7 +45,7 @@ class BudgetRequestSerializer(serializers.ModelSerializer):
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
     share = serializers.DecimalField(source="requested_percent", read_only=True, **SHARE_FIELD)
     granted_share = serializers.DecimalField(source="granted_percent", read_only=True, allow_null=True, **SHARE_FIELD)
-    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    decided_by = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
     decider = serializers.SerializerMethodField()
     allocation = serializers.SerializerMethodField()
     escalations = serializers.PrimaryKeyRelatedField(many=True, read_only=True)

@@ -53,7 +53,7 @@ class GpuSerializer(serializers.Serializer):
 class HostSerializer(serializers.ModelSerializer):
     cluster = serializers.CharField(source="domain.cluster.name", read_only=True)
     domain = serializers.CharField(source="domain.name", read_only=True)
-    block = serializers.CharField(source="domain.block.name", read_only=True, default=None)
+    block = serializers.CharField(source="domain.block.name", read_only=True, default=None, allow_null=True)
 
     class Meta:
         model = Host
