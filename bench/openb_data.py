@@ -15,13 +15,15 @@ above 1000 counts as 1000, tasks without GPUs carry no GPU milli, and
 from __future__ import annotations
 
 import csv
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from scheduler.core.packing import WHOLE_GPU_MILLI, NodeState, Task
 
 REPO = Path(__file__).resolve().parents[1]
-TRACE_DIR = REPO.parent / "shared" / "traces" / "openb-2023"
+# ALLOT_TRACES overrides where the traces live (CI sets it when the clone is not beside ../shared).
+TRACE_DIR = Path(os.environ.get("ALLOT_TRACES") or REPO.parent / "shared" / "traces") / "openb-2023"
 NODES_CSV = TRACE_DIR / "openb_node_list_gpu_node.csv"
 DEFAULT_WORKLOAD_CSV = TRACE_DIR / "openb_pod_list_default.csv"
 PUBLISHED_CSV = TRACE_DIR / "fgd_atc23_published_alloc_ratio.csv"
