@@ -79,3 +79,13 @@ def test_oversized_reasons_are_refused_not_truncated(demo, api):
                                                   format="json")
     assert response.status_code == 400 and "reason" in response.json()
     assert Host.objects.get(name="hgx-01-h01").state == "up"
+
+
+@pytest.mark.parametrize("path", ["/api/v1/jobs/?state=run%00ning", "/api/v1/jobs/?mine=%00",
+                                  "/clusters/gb200-east/queue/?project=ol%00mo"])
+def test_nul_bytes_in_query_strings_are_refused_with_the_parameter_named(demo, client, path):
+    client.force_login(get_user("alice"))
+    response = client.get(path)
+    assert response.status_code == 400
+    name = path.split("?")[1].split("=")[0]
+    assert name in response.content.decode()
