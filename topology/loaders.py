@@ -11,7 +11,9 @@ import yaml
 from django.db import transaction
 from django.utils.text import slugify
 
+from scheduler.core import model as core
 from scheduler.core.durations import parse_duration
+from scheduler.core.placement import choose_fast_lane_hosts
 from topology.choices import DomainKind, Executor, GpuHealth, HostState
 from topology.health import parse_health_policy
 from topology.models import AWAITING_AGENT_REASON, Block, Cluster, Domain, Gpu, Host
@@ -98,6 +100,27 @@ class ClusterSpec:
     @property
     def host_names(self) -> set[str]:
         return {host.name for domain in self.domains for host in domain.hosts}
+
+    def core_topology(self) -> core.Topology:
+        """The spec as the scheduler core sees it: listed unhealthy hosts down, every GPU healthy."""
+        unhealthy = set(self.unhealthy_hosts)
+        hosts = [
+            core.Host(
+                name=host.name, domain=domain.name, gpu_type=host.gpu_type,
+                gpus=tuple(f"{host.name}:{index}" for index in range(host.gpu_count)),
+                state=core.DOWN if host.name in unhealthy else core.UP, cpus=host.cpus, memory_gib=host.memory_gib,
+            )
+            for domain in self.domains for host in domain.hosts
+        ]
+        domains = [
+            core.Domain(domain.name, tuple(host.name for host in domain.hosts), block=domain.block, kind=domain.kind)
+            for domain in self.domains
+        ]
+        return core.Topology(tuple(domains), tuple(hosts))
+
+    def fast_lane_hosts(self) -> set[str]:
+        """The hosts set aside for the fast lane: the same ones the simulator picks from the same file."""
+        return set(choose_fast_lane_hosts(self.core_topology(), self.policy.get("fast_lane_gpus", 0)))
 
 
 def parse_cluster(data) -> ClusterSpec:
@@ -346,6 +369,10 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
             changes["removed"] += 1
     if problems:
         raise LoadError(problems)
+    lane = spec.fast_lane_hosts()
+    in_cluster = Host.objects.filter(domain__cluster=cluster)
+    changes["updated"] += in_cluster.filter(name__in=lane, fast_lane=False).update(fast_lane=True)
+    changes["updated"] += in_cluster.exclude(name__in=lane).filter(fast_lane=True).update(fast_lane=False)
     return cluster, changes
 
 

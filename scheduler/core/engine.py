@@ -105,8 +105,8 @@ def _decide(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
     # 4. Unallocated jobs fill what is left, in fair-share order of free time (rule 6).
     cycle.unallocated_jobs([job for job in snapshot.pending if not job.allocated])
 
-    # 5. Every job still pending: its reason, position and estimated start (rule 8).
-    pending = cycle.statuses(unit_ratios)
+    # 5. Every job still pending: its reason, position and estimated start (rule 8), unless not asked for.
+    pending = cycle.statuses(unit_ratios) if policy.explain else {}
 
     # 6. Drains that are done, and the progress of the others.
     host_changes = drain_progress(capacity, cycle.leave_at, now=now, policy=policy)
@@ -202,9 +202,10 @@ class Cycle:
         while True:
             # Only a decision can leave nothing to do, so this is checked after each.
             if self._stuck():
-                for job in walk.rest():
-                    self.order.append(job)
-                    self._wait_without_search(job)
+                if self.policy.explain:
+                    for job in walk.rest():
+                        self.order.append(job)
+                        self._wait_without_search(job)
                 return
             while True:
                 job = walk.next()
@@ -224,9 +225,10 @@ class Cycle:
         known_to_wait = self._known_to_wait
         while True:
             if not self.capacity.has_room():
-                for job in walk.rest():
-                    self.order.append(job)
-                    self._wait_without_search(job)
+                if self.policy.explain:
+                    for job in walk.rest():
+                        self.order.append(job)
+                        self._wait_without_search(job)
                 return
             while True:
                 job = walk.next()

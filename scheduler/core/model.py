@@ -51,6 +51,10 @@ class Policy:
     defrag_max_migrations_per_hour: int = 4
     # How many pending jobs may hold a reservation at once (rule 5).
     max_reservations: int = 1
+    # Rule 8's reasons, queue positions and estimated starts for waiting jobs. The live tick keeps them;
+    # the simulator, which reads none of them, turns them off (`Decisions.pending` is then empty). The
+    # decisions themselves (starts, preemptions, reservations, host changes) are the same either way.
+    explain: bool = True
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,28 @@
+"""The discrete-event simulator over the scheduler's pure core (DESIGN §4 `sim/`).
+
+As a library, with no files and no database (the budget what-if calls it to
+play the next days from the live queue)::
+
+    from scheduler.sim import InitialRun, InitialState, simulate
+    result = simulate(cluster, units, jobs, decide=schedule, initial=InitialState(running=..., history=...),
+                      until=7 * 86400)
+    result.summary  # the measures of DESIGN §5, as in summary.json
+
+`cluster` is an `inputs.Cluster` (core topology + policy; `inputs.cluster_from_spec`
+turns a parsed cluster file into one), `units` core `Unit`s (`inputs.units_from_spec`),
+`jobs` `workload.SimJob`s. `manage.py simulate` is the command-line glue
+(FORMATS.md); `output.write_all` writes the four files.
+
+Modules: `engine` (event loop, virtual clock, executor model), `workload`
+(the CSV), `faults` (the fault file), `inputs` (specs to core objects),
+`measures` (DESIGN §5 over time), `output` and `report` (the files),
+`checks` (consistency of the files), `policies` (`--policy` names),
+`generators` (seeded synthetic workloads), `traces` (Philly and openb replays).
+"""
+
+from .engine import InitialRun, InitialState, Result, Simulation, UsageInterval, simulate
+from .inputs import Cluster, cluster_from_spec, units_from_spec
+from .workload import SimJob
+
+__all__ = ["Cluster", "InitialRun", "InitialState", "Result", "SimJob", "Simulation", "UsageInterval",
+           "cluster_from_spec", "simulate", "units_from_spec"]

@@ -134,3 +134,16 @@ def test_a_file_that_is_not_yaml_is_refused(tmp_path):
     path.write_text("name: [unclosed\n")
     with pytest.raises(CommandError, match="not valid YAML"):
         call_command("load_cluster", str(path))
+
+
+def test_the_fast_lane_takes_whole_small_hosts_the_simulator_would_pick(tmp_path):
+    from scheduler.sim.inputs import read_cluster
+
+    path = write(tmp_path, {**SPEC, "policy": {"fast_lane_gpus": 12}})
+    load_cluster_file(path)
+    lane = set(Host.objects.filter(fast_lane=True).values_list("name", flat=True))
+    assert lane == {"hgx-01-h01", "hgx-02-h01"}  # two 8-GPU servers; no NVL72 tray is taken
+    simulated = {host.name for host in read_cluster(path).topology.hosts if host.fast_lane}
+    assert simulated == lane
+    load_cluster_file(write(tmp_path, {**SPEC, "policy": {"fast_lane_gpus": 0}}, "no-lane.yaml"))
+    assert not Host.objects.filter(fast_lane=True).exists()

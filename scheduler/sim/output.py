@@ -1,0 +1,171 @@
+"""What `simulate` writes (FORMATS.md): summary.json, events.csv, jobs.csv, report.html.
+
+Other programs read these files, so their columns and keys follow FORMATS.md
+exactly; extra keys are only ever added. Every file is a function of the
+inputs alone (same inputs, same bytes) except `wall_seconds` in summary.json.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from .engine import COMPLETED, FAILED, PENDING, PREEMPTED, PREEMPTING, RUNNING, WAITING, Result
+from .measures import CLASSES, HOUR, wait_summary
+
+EVENT_COLUMNS = ("time", "job_id", "event", "detail")
+JOB_COLUMNS = ("job_id", "project", "class", "submit", "first_start", "end", "state", "wait", "preemptions", "gpus")
+
+
+def number(value: float | None) -> str:
+    """Seconds as written in the CSV files: integers plain, others to the millisecond."""
+    if value is None:
+        return ""
+    if value == int(value):
+        return str(int(value))
+    return f"{value:.3f}"
+
+
+def _round(value: float | None, places: int = 6) -> float | None:
+    return None if value is None else round(value, places)
+
+
+def job_state(run) -> str:
+    return RUNNING if run.state == PREEMPTING else run.state
+
+
+def waits(result: Result) -> dict[str, list[float]]:
+    """Wait of every submitted job by class: first start − submit, or so far for jobs not started (a lower bound)."""
+    by_class: dict[str, list[float]] = {name: [] for name in (*CLASSES, "all")}
+    for run in result.runs:
+        if run.state == WAITING:
+            continue
+        start = run.first_start if run.first_start is not None else result.end
+        wait = max(0.0, start - run.job.submit)
+        by_class[run.klass].append(wait)
+        by_class["all"].append(wait)
+    return by_class
+
+
+def summarise(result: Result) -> dict:
+    tracker = result.tracker
+    elapsed = max(0.0, result.end - tracker.start)
+    seconds = tracker.gpu_seconds()
+    held = seconds["allocated"] + seconds["unallocated"]
+    healthy = held + seconds["idle"]
+    everything = tracker.total_gpus * elapsed
+    submitted = [run for run in result.runs if run.state != WAITING]
+    states = {name: 0 for name in (COMPLETED, PREEMPTED, FAILED, RUNNING, PENDING)}
+    for run in submitted:
+        states[job_state(run)] += 1
+    by_class = waits(result)
+    unstarted = {name: 0 for name in by_class}
+    for run in submitted:
+        if run.first_start is None:
+            unstarted[run.klass] += 1
+            unstarted["all"] += 1
+    owed = tracker.owed_delivered()
+    policy = result.cluster.policy
+    bound = policy.max_min_runtime + policy.grace_period + policy.tick
+    large = [run for run in submitted if run.klass == "large"]
+    # From first reaching the head of the queue, and from the start of the last stretch there, to starting.
+    from_first = {job_id: run.first_start - heads[0]
+                  for job_id, run, heads in ((r.job.id, r, result.large_heads.get(r.job.id)) for r in large) if heads}
+    from_last = {job_id: run.first_start - heads[1]
+                 for job_id, run, heads in ((r.job.id, r, result.large_heads.get(r.job.id)) for r in large) if heads}
+    at_head_waiting = [run for run in large if run.first_start is None and run.head is not None]
+    summary = {
+        "policy": result.policy,
+        "sim_seconds": _round(elapsed, 3),
+        "wall_seconds": round(result.wall_seconds, 3),
+        "jobs": len(submitted),
+        "completed": states[COMPLETED],
+        "availability": _round(healthy / everything if everything else 0.0),
+        "occupancy": _round(held / healthy if healthy else 0.0),
+        "allocated_occupancy": _round(seconds["allocated"] / healthy if healthy else 0.0),
+        "unallocated_occupancy": _round(seconds["unallocated"] / healthy if healthy else 0.0),
+        "owed_delivered": {
+            "overall": _round(owed["overall"]),
+            "worst": _round(owed["worst"]),
+            "worst_project": owed["worst_project"],
+            "per_project": {name: _round(value) for name, value in owed["per_project"].items() if value is not None},
+            # Projects with an allocation that asked for nothing allocated: owed nothing.
+            "no_demand": sorted(name for name, value in owed["per_project"].items() if value is None),
+            "gpu_hours": {name: {key: round(value, 3) for key, value in detail.items()}
+                          for name, detail in owed["gpu_hours"].items()},
+        },
+        "wait_seconds": {name: {key: (_round(value, 3) if key != "count" else value)
+                                for key, value in wait_summary(values).items()} | {"unstarted": unstarted[name]}
+                         for name, values in by_class.items()},
+        "preemptions": sum(run.preemptions for run in result.runs),
+        "lost_gpu_hours": round(sum(run.lost for run in result.runs) / HOUR, 3),
+        "stranded": {k: _round(v) for k, v in tracker.stranded(elapsed).items()},
+        # Beyond FORMATS.md's keys.
+        "cluster": result.cluster.name,
+        "total_gpus": tracker.total_gpus,
+        "workload_jobs": len(result.runs),
+        "states": states,
+        "demand_ratio": _round(seconds["demand"] / (seconds["up"] or 1.0)),
+        "gpu_hours": {key: round(value / HOUR, 3) for key, value in seconds.items()},
+        "large_jobs": {
+            "jobs": len(large),
+            "started": sum(1 for run in large if run.first_start is not None),
+            "bound_seconds": bound,
+            "max_wait_from_head": _round(max(from_first.values()), 3) if from_first else None,
+            "over_bound": sorted(job_id for job_id, wait in from_first.items() if wait > bound + 1e-6),
+            "max_wait_from_last_head": _round(max(from_last.values()), 3) if from_last else None,
+            "over_bound_from_last_head": sorted(job_id for job_id, wait in from_last.items() if wait > bound + 1e-6),
+            "at_head_not_started": sorted(run.job.id for run in at_head_waiting),
+            "at_head_waited_so_far": _round(max((result.end - run.head for run in at_head_waiting), default=0.0), 3),
+        },
+        "core_calls": result.core_calls,
+        "events": len(result.events),
+    }
+    return summary
+
+
+def write_summary(result: Result, directory: Path) -> None:
+    with open(directory / "summary.json", "w", encoding="utf-8") as handle:
+        json.dump(result.summary, handle, indent=2, sort_keys=False)
+        handle.write("\n")
+
+
+def write_events(result: Result, directory: Path) -> None:
+    with open(directory / "events.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(EVENT_COLUMNS)
+        writer.writerows((number(when), job_id, event, detail) for when, job_id, event, detail in result.events)
+
+
+def job_rows(result: Result) -> list[tuple]:
+    rows = []
+    for run in result.runs:
+        if run.state == WAITING:
+            continue
+        wait = run.first_start - run.job.submit if run.first_start is not None else None
+        rows.append((
+            run.job.id, run.job.project, run.klass, number(run.job.submit), number(run.first_start),
+            number(run.end), job_state(run), number(wait), run.preemptions, run.job.gpus,
+        ))
+    return rows
+
+
+def write_jobs(result: Result, directory: Path) -> None:
+    with open(directory / "jobs.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(JOB_COLUMNS)
+        writer.writerows(job_rows(result))
+
+
+def write_all(result: Result, directory: str | Path, *, report: bool = True) -> Path:
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    write_summary(result, directory)
+    write_events(result, directory)
+    write_jobs(result, directory)
+    if report:
+        from .report import write_report
+
+        write_report(result, directory / "report.html")
+    return directory

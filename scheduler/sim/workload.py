@@ -1,0 +1,253 @@
+"""The workload CSV of FORMATS.md: one row per job, read and checked whole.
+
+Every problem names its row (data rows count from 1, the header is line 1 of
+the file) and its column, as the API names the field: a user fixing a
+50,000-row file needs to know where to look. Pure: no Django.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from scheduler.core.model import ANY, DOMAIN, PREFERRED, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, WHOLE_GPU_MILLI
+
+REQUIRED = ("job_id", "submit", "project", "gpus", "min_runtime", "resumable", "duration")
+OPTIONAL = ("user", "gpus_per_host", "gpu_milli", "gpu_type", "topology", "checkpoint_every", "priority", "cpus",
+            "memory_gib", "max_runtime")
+COLUMNS = REQUIRED + OPTIONAL
+PRIORITIES = {"low": PRIORITY_LOW, "normal": PRIORITY_NORMAL, "high": PRIORITY_HIGH}
+PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
+TOPOLOGIES = (ANY, DOMAIN, PREFERRED)
+TRUE = {"1", "true", "yes"}
+FALSE = {"0", "false", "no"}
+
+
+class WorkloadError(ValueError):
+    """A workload refused whole; `problems` lists each row and column at fault (at most 50 shown)."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        shown = problems[:50]
+        more = f"; and {len(problems) - 50} more" if len(problems) > 50 else ""
+        super().__init__("; ".join(shown) + more)
+
+
+@dataclass(frozen=True)
+class SimJob:
+    """One job of a workload. Times are seconds from the start of the simulation."""
+
+    id: str
+    submit: float
+    project: str
+    gpus: int
+    min_runtime: float
+    resumable: bool
+    # Seconds of work the job needs to finish.
+    duration: float
+    user: str = ""
+    gpus_per_host: int | None = None
+    gpu_milli: int = WHOLE_GPU_MILLI
+    gpu_types: frozenset[str] = frozenset()
+    topology: str = ANY
+    # Seconds between checkpoints; None: resumes exactly where it stopped.
+    checkpoint_every: float | None = None
+    priority: int = PRIORITY_NORMAL
+    cpus: int = 0
+    memory_gib: int = 0
+    max_runtime: float | None = None
+    # Stable tie-breaker: the row number (jobs made in code number themselves).
+    seq: int = 0
+
+    @property
+    def allocated(self) -> bool:
+        return self.min_runtime > 0
+
+
+@dataclass
+class _Row:
+    number: int
+    values: dict[str, str]
+    problems: list[str] = field(default_factory=list)
+
+    def where(self, column: str) -> str:
+        job = self.values.get("job_id") or "?"
+        return f"row {self.number} (line {self.number + 1}, job {job}), column {column}"
+
+    def text(self, column: str) -> str:
+        return (self.values.get(column) or "").strip()
+
+    def number_of(self, column: str, *, minimum: float = 0, positive: bool = False, default=None):
+        raw = self.text(column)
+        if raw == "":
+            if default is not None or column not in REQUIRED:
+                return default
+            self.problems.append(f"{self.where(column)}: required")
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            self.problems.append(f"{self.where(column)}: {raw!r} is not a number of seconds")
+            return None
+        if not math.isfinite(value) or value < minimum or (positive and value <= 0):
+            limit = "more than 0" if positive else f"at least {minimum:g}"
+            self.problems.append(f"{self.where(column)}: {raw} must be {limit}")
+            return None
+        return int(value) if value == int(value) else value
+
+    def whole(self, column: str, *, minimum: int = 0, maximum: int | None = None, default=None) -> int | None:
+        raw = self.text(column)
+        if raw == "":
+            if column in REQUIRED:
+                self.problems.append(f"{self.where(column)}: required")
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            self.problems.append(f"{self.where(column)}: {raw!r} is not a whole number")
+            return None
+        if value < minimum or (maximum is not None and value > maximum):
+            limit = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+            self.problems.append(f"{self.where(column)}: {value} must be {limit}")
+            return None
+        return value
+
+
+def parse_workload(rows: Iterable[dict[str, str]], *, fieldnames: Iterable[str] | None = None) -> list[SimJob]:
+    """Check rows (dicts keyed by column) and return the jobs in row order; raise WorkloadError."""
+    problems: list[str] = []
+    if fieldnames is not None:
+        names = [name.strip() for name in fieldnames if name is not None]
+        missing = [name for name in REQUIRED if name not in names]
+        unknown = [name for name in names if name not in COLUMNS]
+        if missing:
+            problems.append(f"header: missing required column(s) {', '.join(missing)}")
+        if unknown:
+            problems.append(f"header: unknown column(s) {', '.join(unknown)} (known: {', '.join(COLUMNS)})")
+        if problems:
+            raise WorkloadError(problems)
+    jobs: list[SimJob] = []
+    seen: dict[str, int] = {}
+    for number, values in enumerate(rows, 1):
+        values = {(k or "").strip(): v for k, v in values.items()}
+        row = _Row(number, values)
+        job = _job(row)
+        job_id = row.text("job_id")
+        if job_id:
+            if job_id in seen:
+                row.problems.append(f"{row.where('job_id')}: {job_id!r} is also the id of row {seen[job_id]}")
+            seen.setdefault(job_id, number)
+        problems += row.problems
+        if job is not None and not row.problems:
+            jobs.append(job)
+    if problems:
+        raise WorkloadError(problems)
+    return jobs
+
+
+def _job(row: _Row) -> SimJob | None:
+    job_id = row.text("job_id")
+    if not job_id:
+        row.problems.append(f"{row.where('job_id')}: required")
+    project = row.text("project")
+    if not project:
+        row.problems.append(f"{row.where('project')}: required")
+    submit = row.number_of("submit")
+    gpus = row.whole("gpus")
+    min_runtime = row.number_of("min_runtime")
+    duration = row.number_of("duration", positive=True)
+    resumable_text = row.text("resumable").lower()
+    resumable = None
+    if resumable_text in TRUE:
+        resumable = True
+    elif resumable_text in FALSE:
+        resumable = False
+    else:
+        row.problems.append(f"{row.where('resumable')}: {row.text('resumable')!r} must be 1/0 or true/false")
+    per_host = row.whole("gpus_per_host", minimum=1)
+    milli = row.whole("gpu_milli", minimum=1, maximum=WHOLE_GPU_MILLI, default=WHOLE_GPU_MILLI)
+    topology = row.text("topology") or ANY
+    if topology not in TOPOLOGIES:
+        row.problems.append(f"{row.where('topology')}: {topology!r} must be one of {', '.join(TOPOLOGIES)}")
+    priority_text = row.text("priority") or "normal"
+    if priority_text not in PRIORITIES:
+        row.problems.append(f"{row.where('priority')}: {priority_text!r} must be one of {', '.join(PRIORITIES)}")
+    checkpoint = row.number_of("checkpoint_every", positive=True)
+    max_runtime = row.number_of("max_runtime", positive=True)
+    cpus = row.whole("cpus", default=0)
+    memory = row.whole("memory_gib", default=0)
+    gpu_types = frozenset(t.strip() for t in row.text("gpu_type").split("|") if t.strip())
+    if gpus is not None and milli is not None and milli < WHOLE_GPU_MILLI and gpus != 1:
+        row.problems.append(f"{row.where('gpu_milli')}: a fraction of a GPU ({milli}) is for 1-GPU jobs only")
+    if gpus is not None and per_host is not None and gpus and gpus % per_host:
+        row.problems.append(f"{row.where('gpus_per_host')}: {gpus} GPUs is not a multiple of {per_host} per host")
+    if gpus == 0 and not (cpus or memory):
+        row.problems.append(f"{row.where('gpus')}: a job with no GPUs must ask for cpus or memory_gib")
+    if row.problems:
+        return None
+    return SimJob(
+        id=job_id, submit=submit, project=project, gpus=gpus, min_runtime=min_runtime, resumable=resumable,
+        duration=duration, user=row.text("user") or project, gpus_per_host=per_host, gpu_milli=milli,
+        gpu_types=gpu_types, topology=topology, checkpoint_every=checkpoint, priority=PRIORITIES[priority_text],
+        cpus=cpus, memory_gib=memory, max_runtime=max_runtime, seq=row.number,
+    )
+
+
+def read_workload(path: str | Path) -> list[SimJob]:
+    """Read and check a workload CSV file."""
+    try:
+        with open(path, newline="", encoding="utf-8") as handle:
+            return _read(handle, str(path))
+    except OSError as error:
+        raise WorkloadError([f"{path}: cannot read ({error.strerror})"]) from None
+
+
+def parse_workload_text(text: str) -> list[SimJob]:
+    return _read(io.StringIO(text), "workload")
+
+
+def _read(handle, name: str) -> list[SimJob]:
+    reader = csv.DictReader(handle)
+    if reader.fieldnames is None:
+        raise WorkloadError([f"{name}: empty file (expected a header with {', '.join(REQUIRED)})"])
+    return parse_workload(reader, fieldnames=reader.fieldnames)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return ""
+    return str(int(value)) if value == int(value) else repr(float(value))
+
+
+def workload_rows(jobs: Iterable[SimJob]) -> list[list[str]]:
+    """The CSV rows (header first) of jobs, the way `write_workload` writes them."""
+    rows = [list(COLUMNS)]
+    for job in jobs:
+        values = {
+            "job_id": job.id, "submit": _seconds(job.submit), "project": job.project,
+            "gpus": str(job.gpus), "min_runtime": _seconds(job.min_runtime), "resumable": "1" if job.resumable else "0",
+            "duration": _seconds(job.duration), "user": job.user if job.user != job.project else "",
+            "gpus_per_host": "" if job.gpus_per_host is None else str(job.gpus_per_host),
+            "gpu_milli": "" if job.gpu_milli == WHOLE_GPU_MILLI else str(job.gpu_milli),
+            "gpu_type": "|".join(sorted(job.gpu_types)), "topology": "" if job.topology == ANY else job.topology,
+            "checkpoint_every": _seconds(job.checkpoint_every),
+            "priority": "" if job.priority == PRIORITY_NORMAL else PRIORITY_NAMES[job.priority],
+            "cpus": str(job.cpus) if job.cpus else "", "memory_gib": str(job.memory_gib) if job.memory_gib else "",
+            "max_runtime": _seconds(job.max_runtime),
+        }
+        rows.append([values[column] for column in COLUMNS])
+    return rows
+
+
+def write_workload(path: str | Path, jobs: Iterable[SimJob]) -> None:
+    """Write jobs as a workload CSV; columns no job uses are left out."""
+    rows = workload_rows(jobs)
+    used = [i for i, column in enumerate(rows[0]) if column in REQUIRED or any(row[i] for row in rows[1:])]
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        for row in rows:
+            writer.writerow([row[i] for i in used])

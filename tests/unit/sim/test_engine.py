@@ -1,0 +1,204 @@
+"""The simulator's event loop: determinism, a sound event log, faults, and the calls it may skip."""
+
+import random
+from dataclasses import replace
+
+import pytest
+
+from scheduler.core import DOWN, DRAINED, DRAINING, UP, Policy, schedule
+from scheduler.sim.checks import check_result
+from scheduler.sim.engine import InitialRun, InitialState, Simulation, UsageInterval, WindowUsage
+from scheduler.sim.faults import Fault
+from scheduler.sim.output import job_rows
+
+from .helpers import HOUR, cluster, hgx, job, nvl72, one_host, org, run
+
+UNITS = org(("p", 50), ("q", 30), ("r", 20)) + org(("free", None))
+
+
+def random_jobs(seed: int, count: int = 60, *, span: float = 4 * HOUR) -> list:
+    rng = random.Random(seed)
+    jobs = []
+    for n in range(count):
+        gpus = rng.choice([1, 1, 2, 4, 4, 8, 8, 16, 32])
+        project = rng.choice(["p", "q", "r", "free"])
+        min_runtime = 0 if project == "free" or rng.random() < 0.15 else rng.choice([300, 900, 1800, 3600])
+        topology = rng.choice(["any", "domain", "preferred"]) if gpus >= 8 else "any"
+        jobs.append(job(
+            f"j{n:03d}", float(rng.randint(0, int(span))), project, gpus, float(rng.randint(120, 3 * int(HOUR))),
+            min_runtime=min_runtime, resumable=rng.random() < 0.8,
+            checkpoint_every=rng.choice([None, 300.0, 600.0]), topology=topology,
+            gpus_per_host=4 if gpus >= 8 and topology == "domain" else None,
+            gpu_milli=rng.choice([1000, 1000, 500, 300]) if gpus == 1 else 1000,
+            seq=n + 1,
+        ))
+    return jobs
+
+
+def small_cluster(**policy):
+    return cluster(nvl72("rack-a", missing={7: 4}), nvl72("rack-b"), hgx("hgx-01"), hgx("hgx-02"),
+                   policy=Policy(tick=5, **policy))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_it_is_deterministic(seed):
+    jobs = random_jobs(seed)
+    first = run(small_cluster(fast_lane_gpus=8), UNITS, jobs)
+    second = run(small_cluster(fast_lane_gpus=8), UNITS, list(reversed(jobs)))
+    assert first.events == second.events
+    assert job_rows(first) == job_rows(second)
+    first.summary.pop("wall_seconds"), second.summary.pop("wall_seconds")
+    assert first.summary == second.summary
+
+
+@pytest.mark.parametrize("policy", ["allot", "fifo", "priority", "node-level"])
+@pytest.mark.parametrize("seed", [4, 5])
+def test_its_event_log_is_consistent(seed, policy):
+    faults = [Fault(3000, "rack-b-h03", "down", 1), Fault(5000, "rack-b-h03", "up", 2),
+              Fault(4000, "hgx-01-h01", "drain", 3), Fault(9000, "hgx-01-h01", "resume", 4)]
+    result = run(small_cluster(fast_lane_gpus=8), UNITS, random_jobs(seed, 80), policy=policy, faults=faults)
+    assert check_result(result) == []
+    assert result.summary["jobs"] == 80
+
+
+def test_a_down_host_loses_its_jobs_resumable_ones_requeue():
+    """Two jobs on one 8-GPU host: r (resumable, checkpoint every 600 s) and n (not resumable).
+
+    The host goes down at 1000: at the tick both are preempted (`down:box-h01`), r requeues having
+    kept 600 s of its 1000 (4 GPUs × 400 s lost), n fails (4 GPUs × 1000 s lost). The host comes
+    back at 2000 and r runs its remaining 1400 s.
+    """
+    faults = [Fault(1000, "box-h01", "down", 1), Fault(2000, "box-h01", "up", 2)]
+    result = run(one_host(8, tick=10), org(("p", 100)), [
+        job("r", 0, "p", 4, 2000, checkpoint_every=600),
+        job("n", 0, "p", 4, 5000, resumable=False),
+    ], faults=faults)
+    events = [(t, j, e, d) for t, j, e, d in result.events if t > 0]
+    assert (1000, "r", "preempt", "down:box-h01") in events
+    assert (1000, "r", "requeue", "lost 400 s of work") in events
+    assert (1000, "n", "preempt", "down:box-h01") in events
+    assert (1000, "n", "fail", "host down; not resumable") in events
+    assert (2000, "r", "start", "box-h01:0 box-h01:1 box-h01:2 box-h01:3") in events
+    assert (3400, "r", "finish", "") in events
+    assert result.summary["lost_gpu_hours"] == round((4 * 400 + 4 * 1000) / 3600, 3)
+    assert result.summary["availability"] == pytest.approx(1 - 1000 / 3400)
+    assert check_result(result) == []
+
+
+def test_a_drained_host_empties_as_the_engine_drains():
+    """D1: a host runs an unallocated job and an allocated one 10 min into its 1 h minimum runtime.
+
+    Drain at 600: the unallocated job is preempted at once (`drain:box-h01`), the allocated one when
+    its protection ends at 3600, leaving after the 60 s grace; the host is then drained. Resumed at
+    4000, it runs the requeued jobs again.
+    """
+    faults = [Fault(600, "box-h01", "drain", 1), Fault(4000, "box-h01", "resume", 2)]
+    sim = Simulation(one_host(8, tick=10), org(("p", 100)), [
+        job("free", 0, "p", 4, 20_000, min_runtime=0),
+        job("held", 0, "p", 4, 20_000, min_runtime=HOUR),
+    ], decide=schedule, faults=faults, until=3700)
+    result = sim.run()
+    events = [(t, j, e, d) for t, j, e, d in result.events if t > 0]
+    assert events[:2] == [(600, "free", "preempt", "drain:box-h01"), (610, "free", "requeue", "lost no work")]
+    assert (3600, "held", "preempt", "drain:box-h01") in events
+    assert (3660, "held", "requeue", "lost no work") in events
+    assert result.host_states["box-h01"] == DRAINED
+    result = run(one_host(8, tick=10), org(("p", 100)), [
+        job("free", 0, "p", 4, 20_000, min_runtime=0),
+        job("held", 0, "p", 4, 20_000, min_runtime=HOUR),
+    ], faults=faults)
+    starts = [(t, j) for t, j, e, _ in result.events if e == "start"]
+    assert starts == [(0, "held"), (0, "free"), (4000, "held"), (4000, "free")]
+    assert result.host_states["box-h01"] == UP
+    assert check_result(result) == []
+
+
+def test_a_fault_changes_the_host_state_as_on_call_actions_do():
+    fault = Fault(0, "h", "drain")
+    assert fault.new_state(UP) == DRAINING
+    assert fault.new_state(DOWN) == DOWN
+    assert Fault(0, "h", "resume").new_state(DRAINED) == UP
+    assert Fault(0, "h", "resume").new_state(DOWN) == DOWN
+    assert Fault(0, "h", "up").new_state(DOWN) == UP
+
+
+@pytest.mark.parametrize("seed", [6, 7, 8, 12, 13])
+def test_skipping_calls_changes_nothing_against_calling_at_every_tick(seed):
+    """The gates only skip calls that decide nothing: with the drift check at every tick, the same run as the
+    core called at every tick while work waits (as live), with far fewer calls."""
+    jobs = random_jobs(seed, 50, span=2 * HOUR)
+    exact = run(small_cluster(fast_lane_gpus=8), UNITS, jobs, recheck=0)
+    gated = run(small_cluster(fast_lane_gpus=8), UNITS, jobs, recheck=5)
+    assert gated.core_calls < exact.core_calls / 2
+    assert gated.events == exact.events
+
+
+@pytest.mark.parametrize("seed", [9, 10, 33])
+def test_a_call_without_preemptions_leaves_nothing_to_decide_at_once(seed):
+    """Quiescence, the premise of the gates: right after applying a tick's decisions, a second call at the
+    same moment decides nothing more, if the tick preempted nothing. (After a preemption it may: the free
+    GPUs the plan counted on are held for the preemptor within that tick only, so the simulator always
+    decides again at the next tick.)"""
+    sim = Simulation(small_cluster(fast_lane_gpus=8), UNITS, random_jobs(seed, 60), decide=schedule)
+    decide_after = []
+    original = sim._apply
+
+    def apply_then_ask_again(decisions, when):
+        original(decisions, when)
+        if not decisions.preemptions:
+            again = schedule(sim._snapshot(when), now=when, policy=sim.policy)
+            decide_after.append((when, again.starts, again.preemptions))
+
+    sim._apply = apply_then_ask_again
+    sim.run()
+    assert decide_after
+    assert [entry for entry in decide_after if entry[1] or entry[2]] == []
+
+
+def test_the_core_decides_the_same_with_or_without_explanations():
+    seen = []
+
+    def both(snapshot, *, now, policy):
+        plain = schedule(snapshot, now=now, policy=replace(policy, explain=False))
+        explained = schedule(snapshot, now=now, policy=replace(policy, explain=True))
+        assert plain.starts == explained.starts
+        assert plain.preemptions == explained.preemptions
+        assert plain.reservations == explained.reservations
+        assert plain.host_changes == explained.host_changes
+        assert plain.pending == {}
+        seen.append(len(explained.pending))
+        return plain
+
+    Simulation(small_cluster(fast_lane_gpus=8), UNITS, random_jobs(11, 60), decide=both).run()
+    assert sum(seen) > 0
+
+
+def test_it_slides_usage_out_of_the_window_as_it_goes():
+    window = WindowUsage(100)
+    window.add("p", True, 2, 0, 50)  # 100 GPU-seconds
+    window.add("p", True, 1, 40, 90)  # 50
+    window.at(90)
+    assert window.usage("p", True) == pytest.approx(150)
+    window.at(120)  # window [20, 120]: 2 × 30 + 1 × 50
+    assert window.usage("p", True) == pytest.approx(110)
+    window.at(145)  # window [45, 145]: 2 × 5 + 1 × 45
+    assert window.usage("p", True) == pytest.approx(55)
+    window.at(200)
+    assert window.usage("p", True) == 0
+    assert window.usage("p", False) == 0
+
+
+def test_it_starts_from_a_live_state():
+    """The what-if: a job already running since −600 with 1000 s of work left, and a week of prior usage."""
+    initial = InitialState(
+        running=(InitialRun(job("old", -900, "p", 4, 1600), start=-600, gpu_ids=("box-h01:0", "box-h01:1",
+                                                                                  "box-h01:2", "box-h01:3")),),
+        history=(UsageInterval("q", 8, -7200, -3600, True),),
+    )
+    result = run(one_host(8, tick=10), org(("p", 50), ("q", 50)),
+                 [job("new", 0, "q", 8, 100)], initial=initial)
+    events = [(t, j, e) for t, j, e, _ in result.events]
+    assert events[:2] == [(-900, "old", "submit"), (-600, "old", "start")]
+    assert (1000, "old", "finish") in events
+    assert (1000, "new", "start") in events
+    assert check_result(result) == []
