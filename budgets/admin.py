@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit
+from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, WhatIf
 
 
 class MembershipInline(admin.TabularInline):
@@ -64,6 +64,24 @@ class BudgetRequestAdmin(admin.ModelAdmin):
                     "decided_by", "created_at"]
     list_filter = ["status", "cluster"]
     search_fields = ["unit__name", "requested_by__username", "justification", "comment"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(WhatIf)
+class WhatIfAdmin(admin.ModelAdmin):
+    """Read here; what-ifs are run from a request's page or the API."""
+
+    list_display = ["pk", "budget_request", "share_percent", "status", "requested_by", "created_at", "finished_at"]
+    list_filter = ["status"]
+    search_fields = ["budget_request__unit__name", "requested_by__username", "error"]
 
     def has_add_permission(self, request):
         return False

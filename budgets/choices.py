@@ -23,3 +23,14 @@ class RequestStatus(models.TextChoices):
 
 # A request still waiting for someone: the one decision that may be open per unit and cluster.
 OPEN_STATUSES = (RequestStatus.PENDING, RequestStatus.ESCALATED)
+
+
+class WhatIfStatus(models.TextChoices):
+    QUEUED = "queued", "queued"
+    RUNNING = "running", "running"
+    DONE = "done", "done"
+    FAILED = "failed", "failed"
+
+
+# A what-if still on its way: a second click shows it instead of starting another.
+WHAT_IF_ACTIVE = (WhatIfStatus.QUEUED, WhatIfStatus.RUNNING)

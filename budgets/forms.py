@@ -74,6 +74,14 @@ class TakeRoomForm(ApproveForm):
         }
 
 
+class WhatIfForm(forms.Form):
+    share = forms.DecimalField(
+        **SHARE, required=False, label="Try a share of",
+        help_text="Percent of the parent unit; empty: the share asked.",
+    )
+    force = forms.BooleanField(required=False, widget=forms.HiddenInput)
+
+
 class SharesForm(forms.Form):
     """A manager sets the shares of a unit's children: one field per child, named `share-<name>`; empty: none."""
 

@@ -6,7 +6,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from budgets.choices import OPEN_STATUSES, ChangeSource, RequestStatus, Role
+from budgets.choices import OPEN_STATUSES, WHAT_IF_ACTIVE, ChangeSource, RequestStatus, Role, WhatIfStatus
 
 
 class UnitQuerySet(models.QuerySet):
@@ -247,3 +247,50 @@ class BudgetRequest(models.Model):
     def requested_fraction(self) -> float:
         """The amount asked, as a fraction of the cluster, at the parent's share when it was asked."""
         return float(self.requested_percent) / 100 * self.parent_fraction_at_request
+
+
+class WhatIf(models.Model):
+    """One run of the budget what-if for a request: the next days simulated without and with the change.
+
+    Cached per request and state (`state_key`: the share tried, the snapshot hour and the cluster's shares
+    then), so a second click shows this result instead of simulating again. Every status change is
+    appended to `log` with who and why; `assumptions` say what the simulation took as given and `results`
+    hold, per affected unit, the expected usage ratio and p90 wait on both sides (budgets/whatif.py).
+    """
+
+    budget_request = models.ForeignKey(BudgetRequest, on_delete=models.CASCADE, related_name="what_ifs")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    created_at = models.DateTimeField(default=timezone.now, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=WhatIfStatus.choices, default=WhatIfStatus.QUEUED)
+    error = models.CharField(max_length=2000, blank=True)
+    share_percent = models.DecimalField(
+        max_digits=5, decimal_places=2,
+        help_text="The unit's share (percent of its parent) on the side with the change.",
+    )
+    snapshot_hour = models.DateTimeField(help_text="The hour the live state was read in (part of the cache key).")
+    state_key = models.CharField(max_length=64, db_index=True)
+    assumptions = models.JSONField(default=dict, blank=True)
+    results = models.JSONField(default=dict, blank=True)
+    log = models.JSONField(default=list, blank=True, help_text="Each status change: at, status, actor, reason.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(share_percent__gte=0) & Q(share_percent__lte=100),
+                name="%(app_label)s_%(class)s_share_in_range",
+            ),
+        ]
+
+    def __str__(self):
+        return f"what-if #{self.pk} for request #{self.budget_request_id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in WHAT_IF_ACTIVE
+
+    @property
+    def is_done(self) -> bool:
+        return self.status == WhatIfStatus.DONE

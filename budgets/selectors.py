@@ -10,7 +10,7 @@ from django.db.models import Count, Q, Sum
 
 from budgets.choices import RequestStatus, Role
 from budgets.lib.timeline import Period, peak_total, permanent_boundary, share_at
-from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit
+from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, WhatIf
 from budgets.permissions import managed_unit_ids
 
 HOURS_PER_WEEK = 168
@@ -423,3 +423,8 @@ def deciders(budget_request: BudgetRequest) -> list[str]:
             memberships__unit__in=chain, memberships__role=Role.MANAGER
         )
     return sorted({user.get_username() for user in users.exclude(pk__in=excluded)})
+
+
+def latest_what_if(budget_request: BudgetRequest) -> WhatIf | None:
+    """The request's most recent what-if, whatever its status (the page and the API show it)."""
+    return WhatIf.objects.filter(budget_request=budget_request).select_related("requested_by").first()

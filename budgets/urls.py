@@ -16,4 +16,5 @@ urlpatterns = [
     path("budgets/requests/<int:pk>/deny/", views.request_deny, name="budget-request-deny"),
     path("budgets/requests/<int:pk>/escalate/", views.request_escalate, name="budget-request-escalate"),
     path("budgets/requests/<int:pk>/cancel/", views.request_cancel, name="budget-request-cancel"),
+    path("budgets/requests/<int:pk>/what-if/", views.request_what_if, name="budget-request-what-if"),
 ]

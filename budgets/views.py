@@ -13,9 +13,9 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
-from budgets import selectors, services
+from budgets import selectors, services, whatif
 from budgets.choices import RequestStatus
 from budgets.forms import (
     ApproveForm,
@@ -24,6 +24,7 @@ from budgets.forms import (
     EscalateForm,
     SharesForm,
     TakeRoomForm,
+    WhatIfForm,
     add_service_errors,
 )
 from budgets.models import BudgetRequest, Unit
@@ -218,7 +219,39 @@ def _decision_context(request, budget_request: BudgetRequest, *, forms=None) -> 
         "approve_form": approve_form, "room_form": room_form,
         "deny_form": forms.get("deny") or DenyForm(auto_id="deny_%s"),
         "escalate_form": forms.get("escalate") or EscalateForm(auto_id="escalate_%s"),
+        **_what_if_context(budget_request, grant=grant, form=forms.get("what_if")),
     }
+
+
+def _what_if_context(budget_request: BudgetRequest, *, grant=None, form=None) -> dict:
+    """The what-if section: the latest result (or its status) and the button."""
+    latest = selectors.latest_what_if(budget_request)
+    initial = grant if grant is not None else budget_request.requested_percent
+    return {
+        "budget_request": budget_request,
+        "what_if": latest,
+        "what_if_rows": _what_if_rows(latest),
+        "what_if_cluster": (latest.results.get("cluster") if latest is not None and latest.is_done else None),
+        "what_if_form": form or WhatIfForm(initial={"share": initial}, auto_id="what_if_%s"),
+        "may_run_what_if": budget_request.is_open,
+    }
+
+
+def _what_if_rows(what_if) -> list[dict]:
+    """Per affected unit: both sides next to each other, whether the change moves its numbers, and which moves
+    are no larger than chance (the control run's noise)."""
+    if what_if is None or not what_if.is_done:
+        return []
+    rows = []
+    for unit in what_if.results.get("units", []):
+        before, after, noise = unit["without"], unit["with"], unit.get("noise") or {}
+        within = {}
+        for key in ("usage_ratio", "wait_p90"):
+            if before[key] is not None and after[key] is not None and noise.get(key) is not None:
+                within[key] = before[key] != after[key] and abs(after[key] - before[key]) <= noise[key]
+        rows.append({**unit, "within_noise": within,
+                     "changed": any(before[key] != after[key] for key in ("usage_ratio", "wait_p90"))})
+    return rows
 
 
 @login_required
@@ -239,6 +272,34 @@ def _decide(request, pk, form_key, form, act, done):
             messages.success(request, done(result))
             return redirect("budget-request-detail", pk=result.pk)
     context = _decision_context(request, budget_request, forms={form_key: form})
+    return render(request, "budgets/request_detail.html", context, status=400)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def request_what_if(request, pk):
+    """POST: run the what-if (or show the cached result for this state); GET: the what-if section alone, which
+    the request page polls while a run is queued or running."""
+    budget_request = _visible_request(request, pk)
+    if request.method == "GET":
+        return render(request, "budgets/_what_if.html", _what_if_context(budget_request))
+    form = WhatIfForm(request.POST, auto_id="what_if_%s")
+    if form.is_valid():
+        try:
+            found, created = whatif.what_if_submit(
+                budget_request=budget_request, user=request.user, share=form.cleaned_data["share"],
+                force=form.cleaned_data["force"],
+            )
+        except ValidationError as error:
+            add_service_errors(form, error, aliases={"status": None})
+        else:
+            if not created:
+                messages.info(request, f"What-if #{found.pk} is for the cluster as it is now: shown below "
+                                       "(“Run again” simulates anew).")
+            elif found.status == "failed":
+                messages.error(request, f"What-if #{found.pk} failed: {found.error}")
+            return redirect(reverse("budget-request-detail", args=[pk]) + "#what-if")
+    context = _decision_context(request, budget_request, forms={"what_if": form})
     return render(request, "budgets/request_detail.html", context, status=400)
 
 

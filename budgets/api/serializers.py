@@ -1,7 +1,7 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from budgets.models import BudgetRequest, Unit
+from budgets.models import BudgetRequest, Unit, WhatIf
 from topology.models import Cluster
 
 
@@ -118,3 +118,41 @@ class SharesSerializer(serializers.Serializer):
         help_text="Child unit name → its share in percent of this unit (null: no allocation).",
     )
     reason = serializers.CharField(max_length=2000)
+
+
+class WhatIfRunSerializer(serializers.Serializer):
+    share = serializers.DecimalField(
+        **SHARE_FIELD, required=False, allow_null=True,
+        help_text="The unit's share to try, percent of its parent; default: the share asked.",
+    )
+    force = serializers.BooleanField(
+        required=False, default=False, help_text="Simulate again although a result for this state exists.",
+    )
+
+
+class WhatIfSerializer(serializers.ModelSerializer):
+    """A what-if: the next 7 days simulated without and with the request's change (budgets/whatif.py)."""
+
+    request = serializers.PrimaryKeyRelatedField(source="budget_request", read_only=True)
+    requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)
+    share = serializers.DecimalField(source="share_percent", read_only=True, **SHARE_FIELD)
+    assumptions = serializers.DictField(
+        read_only=True, help_text="What the simulation took as given: horizon, snapshot time, jobs, arrivals "
+                                  "replayed, durations, shares before and after, and `notes` in words.",
+    )
+    results = serializers.DictField(
+        read_only=True, help_text="`units`: per affected unit (role requesting, sibling, parent), `without` and "
+                                  "`with`: share, entitled and used GPU-hours, usage_ratio, wait_p50, wait_p90 "
+                                  "(seconds), jobs; `cluster`: occupancy and waits on both sides. Empty until done.",
+    )
+    log = serializers.ListField(
+        child=serializers.DictField(), read_only=True, help_text="Each status change: at, status, actor, reason.",
+    )
+
+    class Meta:
+        model = WhatIf
+        fields = [
+            "id", "request", "status", "share", "requested_by", "created_at", "started_at", "finished_at", "error",
+            "assumptions", "results", "log",
+        ]
+        read_only_fields = fields

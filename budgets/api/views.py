@@ -3,10 +3,10 @@ from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
 
-from budgets import selectors, services
+from budgets import selectors, services, whatif
 from budgets.api.serializers import (
     ApproveSerializer,
     BudgetRequestCreateSerializer,
@@ -15,6 +15,8 @@ from budgets.api.serializers import (
     EscalateSerializer,
     SharesSerializer,
     UnitSerializer,
+    WhatIfRunSerializer,
+    WhatIfSerializer,
 )
 from budgets.models import BudgetRequest, Unit
 from budgets.selectors import HOURS_PER_WEEK, people_by_unit, unit_shares
@@ -221,3 +223,32 @@ class BudgetRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
         target = self.get_object()
         done = _service(lambda: services.budget_request_cancel(request=target, user=request.user))
         return self._respond(done)
+
+    @extend_schema(
+        methods=["get"], request=None, responses=WhatIfSerializer,
+        description="The request's latest what-if, whatever its status (404 while none has run).",
+    )
+    @extend_schema(
+        methods=["post"], request=WhatIfRunSerializer,
+        responses={200: WhatIfSerializer, 201: WhatIfSerializer},
+        description=(
+            "Simulate the next 7 days without and with the change (optionally at another `share`). 201: a new "
+            "what-if, done already when tasks run in-process, else queued (poll GET). 200: a result for the "
+            "cluster as it is this hour exists and is returned (`force` simulates anew). Open requests only."
+        ),
+    )
+    @action(detail=True, methods=["get", "post"], url_path="what-if", url_name="what-if")
+    def what_if(self, request, pk=None):
+        target = self.get_object()
+        if request.method == "GET":
+            latest = selectors.latest_what_if(target)
+            if latest is None:
+                raise NotFound(f"no what-if has run for request #{target.pk} yet; POST here to run one")
+            return Response(WhatIfSerializer(latest).data)
+        body = WhatIfRunSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        found, created = _service(lambda: whatif.what_if_submit(
+            budget_request=target, user=request.user, share=body.validated_data.get("share"),
+            force=body.validated_data["force"],
+        ))
+        return Response(WhatIfSerializer(found).data, status=status.HTTP_201_CREATED if created else status.HTTP_200_OK)

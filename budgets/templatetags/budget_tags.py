@@ -19,7 +19,7 @@ def pct(value) -> str:
 @register.filter
 def ratio(value) -> str:
     """usage / entitlement as a percent: `40 %`; `—` when entitled to nothing."""
-    if value is None:
+    if value is None or value == "":
         return "—"
     return f"{value * 100:.0f} %"
 
@@ -41,3 +41,18 @@ def gpuh(value) -> str:
     if value is None:
         return "—"
     return f"{value:.0f}"
+
+
+@register.filter
+def seconds(value) -> str:
+    """A wait: `45 s`, `12 min`, `3.5 h`, `2.1 d`; `—` for none."""
+    if value is None or value == "":
+        return "—"
+    value = float(value)
+    if value < 60:
+        return f"{value:.0f} s"
+    if value < 3600:
+        return f"{value / 60:.0f} min"
+    if value < 2 * 86400:
+        return f"{value / 3600:.1f} h"
+    return f"{value / 86400:.1f} d"

@@ -39,6 +39,8 @@ from collections.abc import Iterable
 from scheduler.core.measures import FRAGMENTATION_SIZES
 from scheduler.core.model import UP, WHOLE_GPU_MILLI, Topology
 
+from .inputs import share_of_cluster
+
 HOUR = 3600.0
 DEBUG_MAX_MIN_RUNTIME = 15 * 60
 DEBUG_MAX_GPUS = 8
@@ -291,6 +293,10 @@ class Tracker:
             "gpu_hours": detail,
         }
 
+    def used_by_project(self) -> dict[str, float]:
+        """Allocated GPU-seconds each project held over the run (after `finish`)."""
+        return {name: hourly.totals[0] for name, hourly in sorted(self.projects.items())}
+
     def hourly_series(self) -> dict[str, list]:
         """Per-hour averages for the report: GPUs by state, stranded(k), per-project use and entitlement."""
         hours = sorted(self.cluster.buckets)
@@ -320,3 +326,40 @@ class Tracker:
                 "demand": [hourly.buckets.get(h, (0.0, 0.0))[1] / n for h, n in zip(span, lengths, strict=True)],
             }
         return series
+
+
+def unit_measures(units: Iterable, *, used: dict[str, float], waits: dict[str, list[float]],
+                  healthy_gpu_seconds: float) -> dict[str, dict]:
+    """Per unit of the org tree over a run (the budget what-if): its projects' figures pooled up the tree.
+
+    `units` are core `Unit`s (name, parent, share in % of the parent); `used` is allocated GPU-seconds per
+    project (`Tracker.used_by_project`); `waits` the waits of each project's jobs; `healthy_gpu_seconds`
+    the run's healthy GPU-seconds (`Tracker.gpu_seconds()["up"]`). A unit is entitled to its share of the
+    cluster (the product of the shares down its path, as the core computes it) × those GPU-seconds, and its
+    usage ratio is what its projects used / that (None when entitled to nothing). Waits: nearest-rank p50
+    and p90 over its projects' jobs (None without jobs).
+    """
+    units = tuple(units)
+    parent = {unit.name: unit.parent for unit in units}
+    fractions = share_of_cluster(units)
+    totals = {unit.name: 0.0 for unit in units}
+    pooled: dict[str, list[float]] = {unit.name: [] for unit in units}
+    for project in sorted(set(used) | set(waits)):
+        node = project
+        while node is not None and node in totals:
+            totals[node] += used.get(project, 0.0)
+            pooled[node].extend(waits.get(project, ()))
+            node = parent[node]
+    measures = {}
+    for unit in units:
+        entitled = fractions[unit.name] * healthy_gpu_seconds
+        measures[unit.name] = {
+            "share_of_cluster": fractions[unit.name],
+            "entitled_gpu_hours": entitled / HOUR,
+            "used_gpu_hours": totals[unit.name] / HOUR,
+            "usage_ratio": totals[unit.name] / entitled if entitled > 0 else None,
+            "jobs": len(pooled[unit.name]),
+            "wait_p50": percentile(pooled[unit.name], 50),
+            "wait_p90": percentile(pooled[unit.name], 90),
+        }
+    return measures

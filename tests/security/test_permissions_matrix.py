@@ -19,6 +19,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from budgets.models import WhatIf
 from budgets.services import budget_request_create
 from scheduler.services import JobRequest, job_submit
 from tests.conftest import get_user
@@ -103,6 +104,10 @@ ROWS = [
         api_rule({"parent_manager": 201, "member": 403}, 404), {"comment": "up"}),
     Row("api:budgetrequest-cancel", "post", "/api/v1/budget-requests/{request}/cancel/",
         api_rule({"member": 200, "parent_manager": 403}, 404)),
+    Row("api:budgetrequest-what-if", "get", "/api/v1/budget-requests/{request}/what-if/",
+        api_rule({"member": 200, "parent_manager": 200}, 404)),
+    Row("api:budgetrequest-what-if", "post", "/api/v1/budget-requests/{request}/what-if/",
+        api_rule({"member": 201, "parent_manager": 201}, 404), {"force": True}),
     # -- API: jobs
     Row("api:job-list", "get", "/api/v1/jobs/", api_rule()),
     Row("api:job-detail", "get", "/api/v1/jobs/{job}/", api_rule()),
@@ -143,6 +148,10 @@ ROWS = [
         form_rule({"parent_manager": 302}, 404) | {"member": 403}, {"comment": "up"}, api=False),
     Row("budget-request-cancel", "post", "/budgets/requests/{request}/cancel/",
         form_rule({"member": 302}, 404) | {"parent_manager": 403}, api=False),
+    Row("budget-request-what-if", "get", "/budgets/requests/{request}/what-if/",
+        page_rule({"member": 200, "parent_manager": 200}, 404), api=False),
+    Row("budget-request-what-if", "post", "/budgets/requests/{request}/what-if/",
+        form_rule({"member": 302, "parent_manager": 302}, 404), {"force": "1"}, api=False),
 ]
 
 
@@ -156,6 +165,9 @@ def subjects(demo):
         user=alice, unit=alice.memberships.get(unit__name="olmo").unit, cluster=Cluster.objects.get(),
         share=60, justification="more for the long-context run",
     )
+    # A what-if already run for it (the GET routes show it; the POST routes run another).
+    WhatIf.objects.create(budget_request=request, requested_by=alice, share_percent=60, status="done",
+                          snapshot_hour=request.created_at, state_key="earlier")
     return {"job": job.pk, "request": request.pk}
 
 

@@ -1,0 +1,730 @@
+"""The budget what-if: the next 7 days simulated from the live state, without and with a request's change.
+
+A manager deciding a request wants to know what the change would do. This
+module reads the cluster as it is now, plays the next `HORIZON` seconds in the
+discrete-event simulator (`scheduler.sim`, the same core the live tick calls)
+twice — with the shares as they are, and with the request's unit at the share
+tried — and reports, for the requesting unit, its siblings and its parent,
+the expected usage ratio and p90 wait on both sides.
+
+What the simulation starts from, all read at one moment `now`:
+
+- the cluster's topology, host states and policy, units and their shares now,
+  running and pending jobs: `scheduler.snapshot.build_snapshot`, the tick's
+  own reader;
+- the fair-share window's ended runs as usage history, so ratios start where
+  they are and slide out as the simulated week goes on;
+- running jobs as the initial state (their start, GPUs and protection);
+- the pending queue, arriving at once with their real submit times (their
+  waits include the time already waited);
+- the last 7 days' submissions replayed 7 days later (the same offsets into
+  the week): the next week is assumed to look like the last one.
+
+How long jobs run (the database knows only what happened): a finished job
+took what it actually ran; a job that has not finished takes its declared
+maximum runtime, else the median of its project's finished jobs in the
+window, else the cluster's median, else `DEFAULT_DURATION`. A running job
+needs that minus what it has run; one that has already run longer is assumed
+to need one more such duration. Every count is in the assumptions stored with
+the result, in words too.
+
+To keep a run to seconds, over `MAX_ARRIVALS` arrivals every k-th of each
+project's is replayed, running longer so that the project's GPU-hours stay
+the same, and the simulated scheduler decides every `DECISION_SECONDS`.
+A busy cluster is chaotic (one start a tick earlier can reorder the rest of
+the week), so the side without the change runs once more with the arrivals a
+few minutes later: how far its numbers move is reported as the noise a
+difference between the sides must exceed to mean anything.
+
+Deterministic: the same database and `now` give the same results (every order
+is by time then id; the simulator has no randomness).
+
+The workflow (services): `what_if_submit` caches per request and state — the
+share tried, the snapshot hour and the cluster's shares — and otherwise
+records a queued `WhatIf` and enqueues `budgets.tasks.run_what_if` (in-process
+in the embedded default, a Celery worker in production); `what_if_run` claims
+it, simulates and stores the result or the error. Every status change is
+appended to the what-if's log with who and why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import statistics
+import time
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from budgets.choices import WHAT_IF_ACTIVE, WhatIfStatus
+from budgets.models import Allocation, BudgetRequest, WhatIf
+from budgets.services import percent
+from scheduler.choices import FINAL_STATES, JobState
+from scheduler.core import PREEMPTING, UP, schedule
+from scheduler.core import Unit as CoreUnit
+from scheduler.models import GpuAssignment, Job
+from scheduler.sim import Cluster as SimCluster
+from scheduler.sim import InitialRun, InitialState, SimJob, UsageInterval, simulate
+from scheduler.sim.measures import percentile, unit_measures
+from scheduler.snapshot import PRIORITY, build_snapshot
+
+log = logging.getLogger(__name__)
+
+DAY = 86400
+HORIZON = 7 * DAY
+# The arrival pattern replayed: the submissions of this many seconds before now.
+REPLAY_WINDOW = 7 * DAY
+# Over this many arrivals, every k-th of each project's is replayed, running longer so that the project's
+# GPU-hours of the week stay the same: the simulator's cost grows with jobs, and a what-if must take seconds.
+MAX_ARRIVALS = 500
+# Over this many pending jobs, the oldest are kept.
+MAX_QUEUE = 1000
+# When no job of the window has finished: one hour.
+DEFAULT_DURATION = 3600
+# A what-if queued or running for longer than this was lost (a worker died, a broker dropped it).
+STALE_AFTER = timedelta(minutes=15)
+# The simulated scheduler decides at most this often, and rechecks drifting usage ratios (rule 4) this often:
+# a week of a contested cluster then takes seconds instead of tens of seconds, with the same decisions batched
+# (a wait can come out up to a minute longer).
+DECISION_SECONDS = 60
+RECHECK_SECONDS = 600
+# The control run (noise): the replayed arrivals this much later.
+CONTROL_SHIFT = 300
+WORKER_ACTOR = "system:what-if"
+POLICY = "allot"
+
+# Job id prefixes in the simulation: where each job came from.
+RUNNING, QUEUED, REPLAYED = "running-", "queued-", "replay-"
+
+
+def _setting(name: str, default: int) -> int:
+    return int(getattr(settings, name, default))
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class WhatIfInputs:
+    """Both sides of a what-if, ready to simulate: the same cluster, jobs and start; two sets of shares."""
+
+    cluster: SimCluster
+    without: tuple[CoreUnit, ...]
+    with_change: tuple[CoreUnit, ...]
+    jobs: tuple[SimJob, ...]
+    # The same week for the control run (noise): arrivals a few minutes later, the other half of any thinning.
+    control_jobs: tuple[SimJob, ...]
+    initial: InitialState
+    # (unit name, its role: requesting, sibling or parent), in the order the page shows them.
+    affected: tuple[tuple[str, str], ...]
+    assumptions: dict
+
+
+@dataclass(frozen=True)
+class Replay:
+    """Last week's submissions as the next week's arrivals."""
+
+    jobs: list[SimJob]
+    # The control run's: the other half of the thinning (when thinned), every arrival CONTROL_SHIFT later.
+    control_jobs: list[SimJob]
+    every: int  # every k-th of each project's is replayed
+    factors: dict[str, float]  # project → how much longer each of its replayed jobs runs
+    replayable: int  # submitted and not cancelled before running
+    never_ran: int
+    submitted: int
+
+
+class Durations:
+    """How long a job runs, from the jobs that finished in the window (see the module docstring)."""
+
+    def __init__(self, finished: dict[str, list[float]], *, default: float = DEFAULT_DURATION):
+        self.by_project = {project: statistics.median(sorted(values))
+                           for project, values in sorted(finished.items()) if values}
+        every = sorted(value for values in finished.values() for value in values)
+        self.cluster = statistics.median(every) if every else None
+        self.default = default
+
+    def estimate(self, project: str, max_runtime: float | None) -> tuple[float, str]:
+        """(seconds, which rule gave them)."""
+        if max_runtime:
+            return float(max_runtime), "max_runtime"
+        if project in self.by_project:
+            return self.by_project[project], "project_median"
+        if self.cluster is not None:
+            return self.cluster, "cluster_median"
+        return float(self.default), "default"
+
+
+def _merged_seconds(intervals: list[tuple[datetime, datetime]]) -> float:
+    """Seconds covered by the intervals (a run's GPUs may be written a moment apart: overlaps count once)."""
+    total, current_start, current_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if current_end is None or start > current_end:
+            if current_end is not None:
+                total += (current_end - current_start).total_seconds()
+            current_start, current_end = start, end
+        else:
+            current_end = max(current_end, end)
+    if current_end is not None:
+        total += (current_end - current_start).total_seconds()
+    return total
+
+
+def finished_run_seconds(cluster, *, since: datetime) -> dict[int, tuple[str, float]]:
+    """Job id → (project, seconds it held GPUs, over all its runs), for jobs that ended since `since`.
+
+    One grouped query over the runs; jobs with no GPUs count from their last start to their end.
+    """
+    runs: dict[int, list[tuple[datetime, datetime]]] = {}
+    for job_id, assigned, released in (
+        GpuAssignment.objects.filter(job__cluster=cluster, job__state__in=FINAL_STATES, job__ended_at__gte=since,
+                                     released_at__isnull=False)
+        .values_list("job_id", "assigned_at", "released_at").distinct().order_by()
+    ):
+        runs.setdefault(job_id, []).append((assigned, released))
+    seconds = {}
+    for job_id, project, gpus, started, ended in (
+        Job.objects.filter(cluster=cluster, state__in=FINAL_STATES, ended_at__gte=since, started_at__isnull=False)
+        .values_list("pk", "project__name", "gpus", "run_started_at", "ended_at").order_by("pk")
+    ):
+        if job_id in runs:
+            ran = _merged_seconds(runs[job_id])
+        elif not gpus and started and ended:
+            ran = (ended - started).total_seconds()
+        else:
+            continue
+        if ran > 0:
+            seconds[job_id] = (project, ran)
+    return seconds
+
+
+def usage_history(cluster, *, now: datetime) -> tuple[UsageInterval, ...]:
+    """The window's ended runs as the simulator's history (times in seconds from `now`)."""
+    since = now - timedelta(seconds=cluster.window_seconds)
+    rows = (
+        GpuAssignment.objects.filter(job__cluster=cluster, released_at__gt=since, released_at__lte=now,
+                                     assigned_at__lt=now)
+        .values("job_id", "job__project__name", "job__min_runtime", "assigned_at", "released_at")
+        .annotate(milli=Sum("milli"))
+        .order_by("assigned_at", "job_id")
+    )
+    history = []
+    for row in rows:
+        start = max(row["assigned_at"], since)
+        history.append(UsageInterval(
+            project=row["job__project__name"], gpus=row["milli"] / 1000,
+            start=(start - now).total_seconds(), end=(row["released_at"] - now).total_seconds(),
+            allocated=row["job__min_runtime"] > 0,
+        ))
+    return tuple(history)
+
+
+def shares_digest(cluster, at: datetime) -> str:
+    """A short fingerprint of every share on the cluster at `at` (part of the cache key)."""
+    rows = sorted(
+        (unit_id, str(share)) for unit_id, share in
+        Allocation.objects.current(at).filter(cluster=cluster).values_list("unit_id", "share_percent")
+    )
+    return hashlib.sha256(repr(rows).encode()).hexdigest()[:12]
+
+
+def state_key(budget_request: BudgetRequest, share: Decimal, now: datetime) -> tuple[str, datetime]:
+    """What a cached result is valid for: the share tried, the snapshot hour and the cluster's shares then."""
+    hour = now.replace(minute=0, second=0, microsecond=0)
+    digest = shares_digest(budget_request.cluster, now)
+    return f"{share:.2f}|{hour:%Y%m%dT%H}|{digest}", hour
+
+
+def _gpu_seconds(arrivals) -> float:
+    return sum(row["gpus"] * row["gpu_milli"] / 1000 * duration for row, duration, _ in arrivals)
+
+
+def thin(replayable: list[tuple[dict, float, str]], cap: int, *, offset: int = 0
+         ) -> tuple[int, list, dict[str, float]]:
+    """Over `cap` arrivals: every k-th of each project's, in submit order, from the `offset`-th, each running longer
+    by the factor that keeps the project's GPU-hours of the week exactly (k = 1: all, factor 1).
+    Returns (k, kept, project → factor).
+    """
+    projects = sorted({row["project__name"] for row, _, _ in replayable})
+    if cap <= 0:
+        return 0, [], dict.fromkeys(projects, 1.0)
+    every = max(1, math.ceil(len(replayable) / cap))
+    if every == 1:
+        return 1, list(replayable), dict.fromkeys(projects, 1.0)
+    by_project: dict[str, list] = {}
+    for item in replayable:
+        by_project.setdefault(item[0]["project__name"], []).append(item)
+    kept, factors = [], {}
+    for project, items in sorted(by_project.items()):
+        chosen = items[min(offset % every, len(items) - 1)::every]
+        demand, kept_demand = _gpu_seconds(items), _gpu_seconds(chosen)
+        factors[project] = demand / kept_demand if kept_demand > 0 else len(items) / len(chosen)
+        kept.extend(chosen)
+    kept.sort(key=lambda item: (item[0]["submitted_at"], item[0]["pk"]))
+    return every, kept, factors
+
+
+def _human(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _fmt_share(value: float | None) -> str:
+    if value is None:
+        return "none"
+    return f"{value:g} %"
+
+
+def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime,
+                 max_arrivals: int | None = None, max_queue: int | None = None) -> WhatIfInputs:
+    """Read the live state of the request's cluster at `now` and make both sides of the what-if."""
+    max_arrivals = max_arrivals if max_arrivals is not None else _setting("ALLOT_WHAT_IF_MAX_ARRIVALS", MAX_ARRIVALS)
+    max_queue = max_queue if max_queue is not None else _setting("ALLOT_WHAT_IF_MAX_QUEUE", MAX_QUEUE)
+    cluster_row = budget_request.cluster
+    subject = budget_request.unit.name
+    tick_input = build_snapshot(cluster_row, now=now)
+    snapshot = tick_input.snapshot
+    zero = now.timestamp()
+    live_policy = cluster_row.scheduling_policy()
+    policy = replace(live_policy, tick=max(live_policy.tick, DECISION_SECONDS))
+    total_gpus = len(tick_input.gpu_pks)
+    cluster = SimCluster(cluster_row.name, snapshot.topology, policy, total_gpus)
+    healthy_gpus = sum(len(host.gpus) for host in snapshot.topology.hosts if host.state == UP)
+    notes: list[str] = []
+
+    # Shares: now, and with the request's unit at the share tried. Usage comes from the history below.
+    without = tuple(replace(unit, allocated_usage=0.0, unallocated_usage=0.0) for unit in snapshot.units)
+    by_name = {unit.name: unit for unit in without}
+    unit = by_name[subject]
+    with_change = tuple(replace(u, share=float(share)) if u.name == subject else u for u in without)
+    siblings = sorted(u.name for u in without if u.parent == unit.parent and u.name != subject)
+    children_with = sum((u.share or 0.0) for u in with_change if u.parent == unit.parent)
+    affected = ((subject, "requesting"), *((name, "sibling") for name in siblings),
+                *(((unit.parent, "parent"),) if unit.parent else ()))
+    of_what = f"of {unit.parent}" if unit.parent else f"of {cluster_row.name}"
+    notes.append(f"Without the change {subject} keeps {_fmt_share(unit.share)} {of_what}; with it, "
+                 f"{subject} has {_fmt_share(float(share))} from the first moment to the last, and every other "
+                 "share stays as it is now.")
+    if children_with > 100 + 1e-9:
+        notes.append(f"With the change the children of {unit.parent or cluster_row.name} would hold "
+                     f"{children_with:g} %: over 100 %, since the siblings keep their shares here. An approval "
+                     "would have to take the room from them.")
+    if budget_request.starts_at and budget_request.starts_at > now or budget_request.ends_at:
+        notes.append("The request's own period is not modelled: the change applies over the whole week.")
+
+    # Durations, from what finished in the window.
+    window_start = now - timedelta(seconds=REPLAY_WINDOW)
+    ran = finished_run_seconds(cluster_row, since=min(window_start, now - timedelta(seconds=policy.window)))
+    finished: dict[str, list[float]] = {}
+    for project, seconds in ran.values():
+        finished.setdefault(project, []).append(seconds)
+    durations = Durations(finished)
+    sources = {"finished_actual": 0, "max_runtime": 0, "project_median": 0, "cluster_median": 0, "default": 0}
+
+    initial_runs, skipped_running = _initial_runs(snapshot, zero=zero, policy=policy, durations=durations,
+                                                  sources=sources)
+    pending = sorted(snapshot.pending, key=lambda j: (j.submit_time, j.seq))
+    queue_dropped = max(0, len(pending) - max_queue)
+    queued = [_queued(job, zero=zero, durations=durations, sources=sources) for job in pending[:max_queue]]
+    replay = _arrivals(cluster_row, now=now, since=window_start, ran=ran, durations=durations, sources=sources,
+                       cap=max_arrivals)
+    jobs = queued + replay.jobs
+
+    history = usage_history(cluster_row, now=now)
+    initial = InitialState(running=tuple(initial_runs), history=history)
+
+    # In words, for the page.
+    notes.append(f"Starts from the cluster at {timezone.localtime(now):%Y-%m-%d %H:%M %Z}: {len(initial_runs)} "
+                 f"running and {len(pending) - queue_dropped} pending jobs, {healthy_gpus} healthy GPUs, and the "
+                 f"fair-share usage of the last {policy.window / DAY:g} days.")
+    if skipped_running:
+        notes.append(f"{skipped_running} running job(s) on GPUs now out of service are left out.")
+    if queue_dropped:
+        notes.append(f"The queue has {len(pending)} jobs: the oldest {max_queue} are simulated.")
+    left_out = f" {replay.never_ran} that never ran are left out." if replay.never_ran else ""
+    notes.append(f"Arrivals: the {replay.replayable} jobs submitted in the last 7 days (from "
+                 f"{timezone.localtime(window_start):%Y-%m-%d %H:%M}) arrive again 7 days later, at the same "
+                 f"offsets into the week.{left_out}")
+    if replay.every > 1:
+        low, high = min(replay.factors.values()), max(replay.factors.values())
+        spread = f"{low:.3g} times" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g} to {high:.3g} times"
+        notes.append(f"That is more than {max_arrivals}: every {replay.every}th of each project's is replayed "
+                     f"({len(replay.jobs)} jobs), each running {spread} as long, so that each project asks for "
+                     "the same GPU-hours as last week (in fewer, longer jobs).")
+    notes.append(f"Chance: the week without the change is played once more with every arrival "
+                 f"{CONTROL_SHIFT // 60} minutes later" + (" and the other half of the replayed arrivals"
+                                                           if replay.every > 1 else "")
+                 + "; how far each number moves then is the noise a difference must exceed (≈ in the table).")
+    notes.append(
+        "Durations: a finished job runs what it actually ran; one not finished runs its maximum runtime, else "
+        "the median of its project's finished jobs, else the cluster's median"
+        + (f" ({_human(durations.cluster)})" if durations.cluster is not None else "")
+        + f", else {DEFAULT_DURATION / 3600:g} h; a running job that has already run longer needs one more. "
+        + "Counts: " + ", ".join(f"{count} {name.replace('_', ' ')}" for name, count in sources.items() if count)
+        + "."
+    )
+    notes.append(f"The scheduler is simulated deciding every {policy.tick:g} s (live: every {live_policy.tick:g} s), "
+                 "which batches the same decisions; a wait may come out up to that much longer. Preempting jobs "
+                 "leave at the end of their grace period and are not requeued. Usage ratio: the "
+                 "allocated GPU-hours a unit's projects use over the 7 days ÷ its share of the cluster's healthy "
+                 "GPU-hours then; p90 wait: of its allocated jobs pending now or arriving, submit to first start "
+                 "(so far, for those that never start).")
+    assumptions = {
+        "horizon_seconds": HORIZON,
+        "horizon_days": HORIZON / DAY,
+        "snapshot_at": now.isoformat(),
+        "policy": POLICY,
+        "decision_seconds": policy.tick,
+        "recheck_seconds": RECHECK_SECONDS,
+        "cluster": cluster_row.name,
+        "healthy_gpus": healthy_gpus,
+        "total_gpus": total_gpus,
+        "running_jobs": len(initial_runs),
+        "running_jobs_left_out": skipped_running,
+        "pending_jobs": len(pending) - queue_dropped,
+        "pending_jobs_left_out": queue_dropped,
+        "arrivals": {
+            "from": window_start.isoformat(), "to": now.isoformat(), "shifted_by_seconds": REPLAY_WINDOW,
+            "submitted": replay.submitted, "never_ran": replay.never_ran, "replayable": replay.replayable,
+            "replayed": len(replay.jobs), "every": replay.every,
+            "duration_factors": {project: round(value, 6) for project, value in replay.factors.items()},
+            "cap": max_arrivals,
+        },
+        "history": {"window_seconds": policy.window, "usage_intervals": len(history)},
+        "control": {"shift_seconds": CONTROL_SHIFT, "thinning_offset": replay.every // 2 if replay.every > 1 else 0},
+        "durations": {
+            **sources,
+            "default_seconds": DEFAULT_DURATION,
+            "cluster_median_seconds": durations.cluster,
+            "project_median_seconds": {name: round(value, 3) for name, value in durations.by_project.items()},
+            "running_overran": "one more estimate",
+        },
+        "shares": {
+            "unit": subject, "parent": unit.parent, "without": unit.share, "with": float(share),
+            "siblings": {name: by_name[name].share for name in siblings},
+            "children_total_with": round(children_with, 4),
+        },
+        "notes": notes,
+    }
+    return WhatIfInputs(cluster=cluster, without=without, with_change=with_change, jobs=tuple(jobs),
+                        control_jobs=tuple(queued + replay.control_jobs), initial=initial, affected=affected,
+                        assumptions=assumptions)
+
+
+def _initial_runs(snapshot, *, zero: float, policy, durations: Durations, sources: dict) -> tuple[list, int]:
+    """Running jobs as the simulation's initial state; and how many were left out (on GPUs out of service)."""
+    known_gpus = {gpu for host in snapshot.topology.hosts for gpu in host.gpus}
+    shapes = {pk: (gpus, per_host, gpu_type) for pk, gpus, per_host, gpu_type in Job.objects.filter(
+        pk__in=[int(job.id) for job in snapshot.running]).values_list("pk", "gpus", "gpus_per_host", "gpu_type")}
+    runs = []
+    skipped = 0
+    for job in sorted(snapshot.running, key=lambda j: (j.start_time, j.seq)):
+        if any(gpu not in known_gpus for gpu in job.gpu_ids) or int(job.id) not in shapes:
+            skipped += 1  # on a GPU taken out of service: it is ending anyway
+            continue
+        gpus, per_host, gpu_type = shapes[int(job.id)]
+        elapsed = max(0.0, zero - job.start_time)
+        if job.state == PREEMPTING:
+            remaining = max(float(policy.tick), (job.grace_ends or zero) - zero)
+        elif job.max_runtime:
+            remaining = max(float(policy.tick), job.max_runtime - elapsed)
+            sources["max_runtime"] += 1
+        else:
+            estimate, source = durations.estimate(job.project, None)
+            sources[source] += 1
+            remaining = estimate - elapsed if estimate > elapsed else estimate  # overran: one more estimate
+        sim_job = SimJob(
+            id=f"{RUNNING}{job.id}", submit=min(job.submit_time, job.start_time) - zero, project=job.project,
+            gpus=gpus if job.gpu_ids else 0, min_runtime=job.min_runtime, resumable=job.resumable,
+            duration=elapsed + remaining, user=job.user, gpus_per_host=per_host, gpu_milli=job.gpu_milli,
+            gpu_types=frozenset(t for t in gpu_type.split("|") if t), topology=job.topology,
+            priority=job.priority, cpus=job.cpus, memory_gib=job.memory_gib, max_runtime=job.max_runtime,
+            seq=job.seq,
+        )
+        if job.gpu_ids and len(job.gpu_ids) != gpus:
+            sim_job = replace(sim_job, gpus=len(job.gpu_ids), gpus_per_host=None)
+        runs.append(InitialRun(sim_job, start=-elapsed, gpu_ids=job.gpu_ids, gpu_milli=job.gpu_milli, host=job.host))
+    return runs, skipped
+
+
+def _queued(job, *, zero: float, durations: Durations, sources: dict) -> SimJob:
+    """A pending job, arriving at the start with its real submit time (its wait so far counts)."""
+    estimate, source = durations.estimate(job.project, job.max_runtime)
+    sources[source] += 1
+    return SimJob(
+        id=f"{QUEUED}{job.id}", submit=job.submit_time - zero, project=job.project, gpus=job.gpus,
+        min_runtime=job.min_runtime, resumable=job.resumable, duration=estimate, user=job.user,
+        gpus_per_host=job.gpus_per_host, gpu_milli=job.gpu_milli, gpu_types=job.gpu_types,
+        topology=job.topology, priority=job.priority, cpus=job.cpus, memory_gib=job.memory_gib,
+        max_runtime=job.max_runtime, seq=job.seq,
+    )
+
+
+def _arrivals(cluster, *, now: datetime, since: datetime, ran: dict, durations: Durations, sources: dict,
+              cap: int) -> Replay:
+    """The submissions of [since, now), each arriving `now - since` later, thinned over `cap` (see `thin`)."""
+    submitted = list(
+        Job.objects.filter(cluster=cluster, submitted_at__gte=since, submitted_at__lt=now)
+        .values("pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type",
+                "topology", "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "state",
+                "submitted_at", "run_started_at")
+        .order_by("submitted_at", "pk")
+    )
+    replayable = []
+    never_ran = 0
+    for row in submitted:
+        if row["state"] in FINAL_STATES:
+            if row["pk"] not in ran:
+                never_ran += 1  # cancelled (or failed) before it ever ran: no demand to replay
+                continue
+            replayable.append((row, ran[row["pk"]][1], "finished_actual"))
+            continue
+        estimate, source = durations.estimate(row["project__name"], row["max_runtime"])
+        if row["state"] != JobState.PENDING and row["run_started_at"] is not None:
+            estimate = max(estimate, (now - row["run_started_at"]).total_seconds())  # it has run that long
+        replayable.append((row, estimate, source))
+    every, kept, factors = thin(replayable, cap)
+    jobs = _replayed(kept, factors, since=since)
+    if every > 1:
+        _, other, other_factors = thin(replayable, cap, offset=every // 2)
+        control = _replayed(other, other_factors, since=since, shift=CONTROL_SHIFT)
+    else:
+        control = _replayed(kept, factors, since=since, shift=CONTROL_SHIFT)
+    for _, _, source in kept:
+        sources[source] += 1
+    return Replay(jobs=jobs, control_jobs=control, every=every, factors=factors, replayable=len(replayable),
+                  never_ran=never_ran, submitted=len(submitted))
+
+
+def _replayed(arrivals: list, factors: dict[str, float], *, since: datetime, shift: float = 0.0) -> list[SimJob]:
+    """Arrivals as jobs of the simulated week: submitted `now - since` later (plus `shift`, within the week)."""
+    jobs = []
+    for row, duration, _ in arrivals:
+        factor = factors[row["project__name"]]
+        submit = (row["submitted_at"] - since).total_seconds()
+        jobs.append(SimJob(
+            id=f"{REPLAYED}{row['pk']}", submit=submit + shift if submit + shift < HORIZON else submit,
+            project=row["project__name"], gpus=row["gpus"], min_runtime=row["min_runtime"],
+            resumable=row["resumable"], duration=duration * factor, user=row["user__username"],
+            gpus_per_host=row["gpus_per_host"], gpu_milli=row["gpu_milli"],
+            gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t), topology=row["topology"],
+            priority=PRIORITY[row["priority"]], cpus=row["cpus"], memory_gib=row["memory_gib"],
+            max_runtime=row["max_runtime"] * factor if row["max_runtime"] else None, seq=row["pk"],
+        ))
+    return jobs
+
+
+# ---------------------------------------------------------------- simulation
+
+
+def _round(value: float | None, places: int = 4) -> float | None:
+    return None if value is None else round(value, places)
+
+
+def _waits(result) -> dict[str, list[float]]:
+    """Project → waits of its allocated jobs that were pending at the start or arrived (not those running)."""
+    waits: dict[str, list[float]] = {}
+    for run in result.runs:
+        job = run.job
+        if job.id.startswith(RUNNING) or not job.allocated or run.state == "waiting":
+            continue
+        start = run.first_start if run.first_start is not None else result.end
+        waits.setdefault(job.project, []).append(max(0.0, start - job.submit))
+    return waits
+
+
+def _side(inputs: WhatIfInputs, units: tuple[CoreUnit, ...], jobs: tuple[SimJob, ...] | None = None
+          ) -> tuple[dict, dict]:
+    began = time.perf_counter()
+    result = simulate(inputs.cluster, units, inputs.jobs if jobs is None else jobs, decide=schedule,
+                      policy_name=POLICY, initial=inputs.initial, until=HORIZON, recheck=RECHECK_SECONDS)
+    tracker = result.tracker
+    waits = _waits(result)
+    measures = unit_measures(units, used=tracker.used_by_project(), waits=waits,
+                             healthy_gpu_seconds=tracker.gpu_seconds()["up"])
+    every_wait = [wait for values in waits.values() for wait in values]
+    summary = result.summary
+    cluster = {
+        "occupancy": summary["occupancy"],
+        "allocated_occupancy": summary["allocated_occupancy"],
+        "unallocated_occupancy": summary["unallocated_occupancy"],
+        "wait_p90": _round(percentile(every_wait, 90), 1),
+        "jobs": len(every_wait),
+        "completed": summary["completed"],
+        "preemptions": summary["preemptions"],
+        "owed_delivered": summary["owed_delivered"]["overall"],
+        "wall_seconds": round(time.perf_counter() - began, 3),
+    }
+    return measures, cluster
+
+
+def _difference(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else abs(a - b)
+
+
+def simulate_both(inputs: WhatIfInputs, *, control: bool = True) -> dict:
+    """Run both sides; per affected unit its share, entitlement, usage, usage ratio and waits on each.
+
+    With `control`, the side without the change runs a second time on `inputs.control_jobs` (the arrivals a few
+    minutes later; when thinned, the other half): how much a unit's numbers move then (`noise`) is how much a
+    difference between the sides may be chance. A busy cluster is chaotic: one job starting a tick earlier can
+    reorder the rest of the week.
+    """
+    without, cluster_without = _side(inputs, inputs.without)
+    with_change, cluster_with = _side(inputs, inputs.with_change)
+    again = _side(inputs, inputs.without, inputs.control_jobs)[0] if control else None
+    shares = {"without": {u.name: u.share for u in inputs.without},
+              "with": {u.name: u.share for u in inputs.with_change}}
+
+    def side(measures: dict, share: float | None) -> dict:
+        return {
+            "share": share,
+            "share_of_cluster": _round(measures["share_of_cluster"], 6),
+            "entitled_gpu_hours": _round(measures["entitled_gpu_hours"], 1),
+            "used_gpu_hours": _round(measures["used_gpu_hours"], 1),
+            "usage_ratio": _round(measures["usage_ratio"]),
+            "wait_p50": _round(measures["wait_p50"], 1),
+            "wait_p90": _round(measures["wait_p90"], 1),
+            "jobs": measures["jobs"],
+        }
+
+    def noise(name: str) -> dict | None:
+        if again is None:
+            return None
+        return {key: _round(_difference(without[name][key], again[name][key]), places)
+                for key, places in (("usage_ratio", 4), ("wait_p90", 1), ("used_gpu_hours", 1))}
+
+    return {
+        "horizon_seconds": HORIZON,
+        "units": [
+            {"unit": name, "role": role,
+             "without": side(without[name], shares["without"][name]),
+             "with": side(with_change[name], shares["with"][name]),
+             "noise": noise(name)}
+            for name, role in inputs.affected
+        ],
+        "cluster": {"without": cluster_without, "with": cluster_with},
+        "control_shift_seconds": CONTROL_SHIFT if control else None,
+    }
+
+
+def what_if(budget_request: BudgetRequest, *, share: Decimal, now: datetime, **caps) -> tuple[dict, dict]:
+    """(assumptions, results) of one what-if, computed now, stored nowhere."""
+    inputs = build_inputs(budget_request, share=share, now=now, **caps)
+    return inputs.assumptions, simulate_both(inputs)
+
+
+# ---------------------------------------------------------------- workflow (services)
+
+
+def _entry(at: datetime, status: str, actor: str, reason: str) -> dict:
+    return {"at": at.isoformat(), "status": status, "actor": actor, "reason": reason}
+
+
+def _actor(user) -> str:
+    return user.get_username() if hasattr(user, "get_username") else str(user)
+
+
+@transaction.atomic
+def _transition(what_if_id: int, *, from_statuses, to: str, actor: str, reason: str, now: datetime | None = None,
+                **fields) -> WhatIf | None:
+    """Move a what-if from one of `from_statuses` to `to` and log it; None if it was not in one (another worker
+    claimed it, or it ended meanwhile)."""
+    now = now or timezone.now()
+    row = WhatIf.objects.select_for_update().filter(pk=what_if_id, status__in=from_statuses).first()
+    if row is None:
+        return None
+    row.status = to
+    for name, value in fields.items():
+        setattr(row, name, value)
+    row.log = [*row.log, _entry(now, to, actor, reason)]
+    row.save(update_fields=["status", "log", *fields])
+    return row
+
+
+@transaction.atomic
+def what_if_request(*, budget_request: BudgetRequest, user, share=None, force: bool = False,
+                    now: datetime | None = None) -> tuple[WhatIf, bool]:
+    """The what-if for this request and the current state: a fresh one if cached, else a new queued one.
+
+    Returns (what-if, created). `share`: the share to try (percent of the parent; default: the one asked).
+    `force` runs again although a result for this state exists (never while one is on its way).
+    """
+    now = now or timezone.now()
+    share = budget_request.requested_percent if share in (None, "") else percent(share, "share")
+    if not budget_request.is_open:
+        raise ValidationError({"status": [
+            f"request #{budget_request.pk} is {budget_request.status}: the what-if compares a change still to be "
+            "decided; its last result stays on the page"
+        ]})
+    key, hour = state_key(budget_request, share, now)
+    BudgetRequest.objects.select_for_update().filter(pk=budget_request.pk).first()  # one new run per click
+    for stale in budget_request.what_ifs.filter(status__in=WHAT_IF_ACTIVE, created_at__lt=now - STALE_AFTER):
+        _transition(stale.pk, from_statuses=WHAT_IF_ACTIVE, to=WhatIfStatus.FAILED, actor=_actor(user), now=now,
+                    reason="found still waiting when asked again", finished_at=now,
+                    error=f"not finished within {STALE_AFTER.seconds // 60} minutes: no worker took it, or it died")
+    cached = budget_request.what_ifs.filter(state_key=key).exclude(status=WhatIfStatus.FAILED).first()
+    if cached is not None and (cached.is_active or not force):
+        return cached, False
+    reason = "asked again" if cached is not None else "asked"
+    created = WhatIf.objects.create(
+        budget_request=budget_request, requested_by=user, created_at=now, share_percent=share,
+        snapshot_hour=hour, state_key=key, log=[_entry(now, WhatIfStatus.QUEUED, _actor(user), reason)],
+    )
+    return created, True
+
+
+def what_if_submit(*, budget_request: BudgetRequest, user, share=None, force: bool = False) -> tuple[WhatIf, bool]:
+    """`what_if_request`, then enqueue the simulation (which runs right here in the embedded default)."""
+    from budgets.tasks import run_what_if
+
+    found, created = what_if_request(budget_request=budget_request, user=user, share=share, force=force)
+    if created:
+        try:
+            run_what_if.delay(found.pk)
+        except Exception as error:  # the broker is down: say so on the page rather than fail it
+            log.exception("what-if %s could not be queued", found.pk)
+            _transition(found.pk, from_statuses=WHAT_IF_ACTIVE, to=WhatIfStatus.FAILED, actor="system:queue",
+                        reason="could not be queued", finished_at=timezone.now(),
+                        error=f"could not be queued ({type(error).__name__}: {error})"[:2000])
+        found.refresh_from_db()
+    return found, created
+
+
+def what_if_run(*, what_if_id: int, actor: str = WORKER_ACTOR) -> WhatIf | None:
+    """Claim a queued what-if, simulate both sides and store the result, or the error: never raises for a
+    failed simulation. None if there is no such what-if; unchanged if another worker claimed it."""
+    now = timezone.now()
+    claimed = _transition(what_if_id, from_statuses=[WhatIfStatus.QUEUED], to=WhatIfStatus.RUNNING, actor=actor,
+                          reason="simulating the next 7 days, without and with the change", now=now, started_at=now)
+    if claimed is None:
+        return WhatIf.objects.filter(pk=what_if_id).first()
+    began = time.perf_counter()
+    assumptions: dict = {}
+    try:
+        budget_request = BudgetRequest.objects.select_related("unit__parent", "cluster").get(
+            pk=claimed.budget_request_id)
+        inputs = build_inputs(budget_request, share=claimed.share_percent, now=now)
+        assumptions = inputs.assumptions
+        results = simulate_both(inputs)
+    except Exception as error:
+        log.exception("what-if %s failed", what_if_id)
+        return _transition(what_if_id, from_statuses=[WhatIfStatus.RUNNING], to=WhatIfStatus.FAILED, actor=actor,
+                           reason="the simulation failed", finished_at=timezone.now(), assumptions=assumptions,
+                           error=f"{type(error).__name__}: {error}"[:2000])
+    seconds = time.perf_counter() - began
+    results["wall_seconds"] = round(seconds, 3)
+    return _transition(what_if_id, from_statuses=[WhatIfStatus.RUNNING], to=WhatIfStatus.DONE, actor=actor,
+                       reason=f"simulated in {seconds:.1f} s", finished_at=timezone.now(),
+                       assumptions=assumptions, results=results)
