@@ -118,6 +118,10 @@ def summarise(result: Result) -> dict:
             "over_bound_from_last_head": sorted(job_id for job_id, wait in from_last.items() if wait > bound + 1e-6),
             "at_head_not_started": sorted(run.job.id for run in at_head_waiting),
             "at_head_waited_so_far": _round(max((result.end - run.head for run in at_head_waiting), default=0.0), 3),
+            # Rule 5's bound is over a stretch at the head: a job that a less-served unit's job displaced from
+            # the head starts a new stretch when it gets back. Jobs still waiting at the end, in their stretch.
+            "at_head_over_bound": sorted(run.job.id for run in at_head_waiting
+                                         if run.tenure is not None and result.end - run.tenure > bound + 1e-6),
         },
         "core_calls": result.core_calls,
         "events": len(result.events),
