@@ -87,23 +87,42 @@ def cmd_login(args) -> int:
     return 0
 
 
+def gpus_label(job: dict) -> str:
+    """"4 GPUs", "1 GPU x 500 milli", "1 GPU as a 1g.10gb MIG instance"."""
+    label = f"{job['gpus']} GPU{'s' if job['gpus'] != 1 else ''}"
+    if job.get("mig_profile"):
+        return f"{label} as a {job['mig_profile']} MIG instance"
+    return label + (f" x {job['gpu_milli']} milli" if job["gpu_milli"] < 1000 else "")
+
+
+def gpus_cell(job: dict) -> str:
+    """The GPUS column of `allot queue`: "8", "0.5", "1g.10gb" for a MIG instance."""
+    if job.get("mig_profile"):
+        return job["mig_profile"]
+    return f"{job['gpu_milli'] / 1000:g}" if job["gpus"] == 1 and job["gpu_milli"] < 1000 else str(job["gpus"])
+
+
 def cmd_submit(args) -> int:
     if not args.command:
         raise Fail("give the command after --, e.g. allot submit ... -- python train.py", EXIT_USAGE)
+    if args.gpus is None:
+        if not args.mig_profile:
+            raise Fail("--gpus is required (a MIG instance, --mig-profile, is one GPU's slice)", EXIT_USAGE)
+        args.gpus = 1
     body = {
         "cluster": args.cluster, "project": args.project, "gpus": args.gpus, "min_runtime": args.min_runtime,
         "resumable": args.resumable, "topology": args.topology, "priority": args.priority,
         "command": shlex.join(args.command) if len(args.command) > 1 else args.command[0],
         "gpu_milli": args.gpu_milli, "cpus": args.cpus, "memory_gib": args.memory_gib,
     }
-    for key in ("gpus_per_host", "gpu_type", "max_runtime", "name", "simulated_duration"):
+    for key in ("gpus_per_host", "gpu_type", "max_runtime", "name", "simulated_duration", "mig_profile"):
         if getattr(args, key) is not None:
             body[key] = getattr(args, key)
     job = client_from_config(args).post("jobs/", body)
 
     def render(job):
         kind = "allocated" if job["allocation"] == "allocated" else "unallocated (free, preemptible)"
-        print(f"Submitted job {job['id']} to {job['cluster']} for {job['project']}: {job['gpus']} GPUs, {kind}.")
+        print(f"Submitted job {job['id']} to {job['cluster']} for {job['project']}: {gpus_label(job)}, {kind}.")
         print(f"Follow it with `allot queue --mine` or `allot show {job['id']}`.")
 
     return emit(args, job, render)
@@ -129,7 +148,7 @@ def cmd_queue(args) -> int:
             else:
                 where = ",".join(job["hosts"]) or (job["stop_cause"] or "-")
                 position = "-"
-            rows.append([job["id"], job["cluster"], job["project"], job["user"], job["state"], job["gpus"],
+            rows.append([job["id"], job["cluster"], job["project"], job["user"], job["state"], gpus_cell(job),
                          position, ago(job["submitted_at"], now), where])
         print_table(rows, ["ID", "CLUSTER", "PROJECT", "USER", "STATE", "GPUS", "POS", "AGE", "REASON/HOSTS"])
         if not jobs:
@@ -150,8 +169,8 @@ def cmd_show(args) -> int:
             ("Job", f"{job['id']} {job['name'] or ''}".rstrip()),
             ("State", job["state"] + (f" ({job['stop_cause']})" if job["stop_cause"] else "")),
             ("Cluster / project / user", f"{job['cluster']} / {job['project']} / {job['user']}"),
-            ("GPUs", f"{job['gpus']}" + (f" x {job['gpu_milli']} milli" if job["gpu_milli"] < 1000 else "")
-             + f", topology {job['topology']}" + (f", type {job['gpu_type']}" if job["gpu_type"] else "")),
+            ("GPUs", gpus_label(job) + f", topology {job['topology']}"
+             + (f", type {job['gpu_type']}" if job["gpu_type"] else "")),
             ("Contract", contract + (", resumable" if job["resumable"] else ", not resumable")
              + (f", max {format_duration(job['max_runtime'])}" if job["max_runtime"] else "")),
             ("Submitted", clock(job["submitted_at"])),
@@ -239,13 +258,15 @@ def build_parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="submit a job: allot submit [options] -- COMMAND")
     submit.add_argument("--cluster", required=True)
     submit.add_argument("--project", required=True)
-    submit.add_argument("--gpus", type=int, required=True)
+    submit.add_argument("--gpus", type=int, help="GPUs in total (required; 1 when --mig-profile is given)")
     submit.add_argument("--min-runtime", type=duration, required=True,
                         help="protected (and charged) for this long: 90s, 15m, 2h; 0 = unallocated")
     submit.add_argument("--resumable", action="store_true", help="requeue it when preempted (it checkpoints)")
     submit.add_argument("--gpus-per-host", type=int)
     submit.add_argument("--gpu-type", help="e.g. H100, or GB200|H100")
     submit.add_argument("--gpu-milli", type=int, default=1000, help="a fraction of one GPU, 1..1000")
+    submit.add_argument("--mig-profile", help="a MIG instance instead of a whole GPU: 1g.10gb, 1g.20gb, 2g.20gb, "
+                                              "3g.40gb, 4g.40gb or 7g.80gb (with --gpus 1)")
     submit.add_argument("--topology", choices=["any", "domain", "preferred"], default="any")
     submit.add_argument("--max-runtime", type=duration)
     submit.add_argument("--priority", choices=["low", "normal", "high"], default="normal")

@@ -32,6 +32,9 @@ class Job(models.Model):
     topology = models.CharField(max_length=16, choices=Topology.choices, default=Topology.ANY)
     cpus = models.PositiveIntegerField(default=0)
     memory_gib = models.PositiveIntegerField(default=0)
+    # A MIG instance of this profile on a GPU in MIG mode, instead of a whole GPU or a fraction (1-GPU jobs).
+    mig_profile = models.CharField(max_length=16, blank=True, default="",
+                                   help_text="MIG profile (e.g. 1g.10gb); empty: a whole GPU or a fraction.")
 
     # The contract.
     min_runtime = models.PositiveIntegerField(help_text="Seconds; 0 = unallocated (free, always preemptible).")
@@ -81,6 +84,10 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(gpu_milli=1000) | Q(gpus=1),
                 name="%(app_label)s_%(class)s_fraction_one_gpu",
+            ),
+            models.CheckConstraint(
+                condition=Q(mig_profile="") | Q(gpus=1, gpu_milli=1000),
+                name="%(app_label)s_%(class)s_mig_one_gpu",
             ),
         ]
 
@@ -140,12 +147,16 @@ class GpuAssignment(models.Model):
     """A GPU (or a fraction of one) held by a job for one run.
 
     `released_at` is empty while the job holds it. The database refuses a
-    second live holder of a whole GPU; fractions are bounded by the tick.
+    second live holder of a whole GPU or of a MIG instance; fractions are
+    bounded by the GPU's allocated_milli check.
     """
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="assignments")
     gpu = models.ForeignKey("topology.Gpu", on_delete=models.PROTECT, related_name="assignments")
     milli = models.PositiveIntegerField(default=1000)
+    # A MIG job: the instance it holds on `gpu` (milli is then the profile's share).
+    mig_instance = models.ForeignKey("topology.MigInstance", null=True, blank=True, on_delete=models.PROTECT,
+                                     related_name="assignments")
     assigned_at = models.DateTimeField(default=timezone.now)
     released_at = models.DateTimeField(null=True, blank=True)
 
@@ -160,6 +171,11 @@ class GpuAssignment(models.Model):
             models.CheckConstraint(
                 condition=Q(milli__gte=1) & Q(milli__lte=1000),
                 name="%(app_label)s_%(class)s_milli_range",
+            ),
+            models.UniqueConstraint(
+                fields=["mig_instance"],
+                condition=Q(released_at__isnull=True, mig_instance__isnull=False),
+                name="%(app_label)s_%(class)s_one_live_instance_holder",
             ),
         ]
 

@@ -32,13 +32,19 @@ def latest_tick(cluster) -> Tick | None:
 
 
 def live_gpu_ids(job_ids) -> dict[int, list[str]]:
-    """Job id → the GPU ids it holds now ("host:index", "host:index@milli" for a fraction)."""
+    """Job id → the GPU ids it holds now.
+
+    "host:index"; "host:index@milli" for a fraction; "host:index/profile@slot" for a MIG instance.
+    """
     held = defaultdict(list)
     rows = GpuAssignment.objects.filter(job_id__in=list(job_ids), released_at__isnull=True).order_by(
         "gpu__host__name", "gpu__index"
-    ).values_list("job_id", "gpu__host__name", "gpu__index", "milli")
-    for job_id, host, index, milli in rows:
-        held[job_id].append(f"{host}:{index}" if milli == 1000 else f"{host}:{index}@{milli}")
+    ).values_list("job_id", "gpu__host__name", "gpu__index", "milli", "mig_instance__profile", "mig_instance__start")
+    for job_id, host, index, milli, profile, start in rows:
+        if profile:
+            held[job_id].append(f"{host}:{index}/{profile}@{start}")
+        else:
+            held[job_id].append(f"{host}:{index}" if milli == 1000 else f"{host}:{index}@{milli}")
     return dict(held)
 
 

@@ -12,6 +12,7 @@ from budgets.permissions import is_member, manages
 from budgets.selectors import share_of_cluster
 from scheduler.choices import LIVE_STATES, EventKind, JobState, Priority, Topology
 from scheduler.core.durations import format_duration
+from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess
 from topology.models import Cluster, Gpu, Host
 
@@ -47,6 +48,7 @@ class JobRequest:
     cpus: int = 0
     memory_gib: int = 0
     simulated_duration: int | None = None
+    mig_profile: str = ""
 
 
 def _host_limits(cluster: Cluster) -> dict:
@@ -82,6 +84,14 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
         refuse("gpu_milli", f"must be between 1 and 1000; got {request.gpu_milli}")
     elif request.gpu_milli < 1000 and request.gpus != 1:
         refuse("gpu_milli", "a fraction of a GPU is only for a 1-GPU job")
+    if request.mig_profile:
+        if request.mig_profile not in MIG_PROFILES:
+            refuse("mig_profile", f"{request.mig_profile!r} is not a MIG profile; one of {', '.join(MIG_PROFILES)}")
+        elif request.gpus != 1:
+            refuse("mig_profile", f"a MIG instance is a slice of one GPU: gpus must be 1, got {request.gpus}")
+        elif request.gpu_milli != 1000:
+            refuse("mig_profile", f"a MIG instance and a fraction of a GPU (gpu_milli {request.gpu_milli}) "
+                                  "exclude each other: ask for one of them")
     if request.gpus_per_host is not None:
         if request.gpus_per_host < 1:
             refuse("gpus_per_host", f"must be at least 1; got {request.gpus_per_host}")
@@ -121,6 +131,14 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
         if unknown:
             refuse("gpu_type", f"{cluster.name} has no {', '.join(unknown)} GPUs "
                                f"(it has {', '.join(limits['gpu_types'])})")
+        if request.mig_profile in MIG_PROFILES and not errors.get("mig_profile"):
+            mig_types = _mig_gpu_types(cluster)
+            allowed = [t for t in wanted_types if t in mig_types] if wanted_types else mig_types
+            if not mig_types:
+                refuse("mig_profile", f"{cluster.name} has no GPU in MIG mode")
+            elif not allowed and not unknown:
+                refuse("mig_profile", f"{cluster.name} has no {request.gpu_type} GPU in MIG mode "
+                                      f"(its MIG GPUs are {', '.join(mig_types)})")
         total = cluster.gpu_counts()["total"]
         if request.gpus > total:
             refuse("gpus", f"{request.gpus} is more than {cluster.name} has ({total})")
@@ -153,6 +171,11 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
     return cluster, project
 
 
+def _mig_gpu_types(cluster: Cluster) -> list[str]:
+    return sorted(set(Gpu.objects.filter(host__domain__cluster=cluster, mig_enabled=True)
+                      .values_list("host__gpu_type", flat=True)))
+
+
 @transaction.atomic
 def job_submit(*, user, request: JobRequest, at: datetime | None = None) -> Job:
     cluster, project = job_validate(user=user, request=request)
@@ -163,15 +186,16 @@ def job_submit(*, user, request: JobRequest, at: datetime | None = None) -> Job:
         gpu_milli=request.gpu_milli, topology=request.topology, cpus=request.cpus, memory_gib=request.memory_gib,
         min_runtime=request.min_runtime, resumable=request.resumable, max_runtime=request.max_runtime,
         priority=request.priority, submitted_at=at, simulated_duration=request.simulated_duration,
-        pending_reason="waiting for the next scheduling tick",
+        mig_profile=request.mig_profile, pending_reason="waiting for the next scheduling tick",
     )
     contract = (
         f"allocated: protected for {format_duration(job.min_runtime)}" if job.allocated
         else "unallocated: free, preemptible at any time"
     )
+    asks = f"a {job.mig_profile} MIG instance" if job.mig_profile else f"{job.gpus} GPU{'s' if job.gpus != 1 else ''}"
     JobEvent.objects.create(
         job=job, at=at, kind=EventKind.SUBMIT, actor=user.get_username(),
-        detail=f"{job.gpus} GPU{'s' if job.gpus != 1 else ''} on {cluster.name} for {project.name}; {contract}"
+        detail=f"{asks} on {cluster.name} for {project.name}; {contract}"
         f"{'; resumable' if job.resumable else ''}",
     )
     return job

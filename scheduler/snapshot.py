@@ -18,7 +18,7 @@ from scheduler.core import model as core
 from scheduler.models import GpuAssignment, Job, JobEvent
 from scheduler.usage import project_usage
 from topology.choices import GpuHealth
-from topology.models import Domain, Gpu, Host
+from topology.models import Domain, Gpu, Host, MigInstance
 
 PRIORITY = {"low": core.PRIORITY_LOW, "normal": core.PRIORITY_NORMAL, "high": core.PRIORITY_HIGH}
 
@@ -50,14 +50,25 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
     gpus_by_host: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
     gpu_pks: dict[str, int] = {}
     host_names = {host.pk: host.name for host in hosts}
-    for pk, host_id, index, health in (
+    mig_gpus: dict[int, list[str]] = defaultdict(list)  # host pk -> its healthy GPUs in MIG mode
+    for pk, host_id, index, health, mig_enabled in (
         Gpu.objects.filter(host__domain__cluster=cluster).order_by("host_id", "index")
-        .values_list("pk", "host_id", "index", "health")
+        .values_list("pk", "host_id", "index", "health", "mig_enabled")
     ):
         gpu_id = f"{host_names[host_id]}:{index}"
         gpu_pks[gpu_id] = pk
         if health == GpuHealth.OK:
             gpus_by_host[host_id].append(gpu_id)
+            if mig_enabled:
+                mig_gpus[host_id].append(gpu_id)
+    gpu_names = {pk: gpu_id for gpu_id, pk in gpu_pks.items()}
+    layouts: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    if mig_gpus:
+        for gpu_pk, profile, start in (
+            MigInstance.objects.filter(gpu__host__domain__cluster=cluster, destroyed_at__isnull=True)
+            .order_by("gpu_id", "start").values_list("gpu_id", "profile", "start")
+        ):
+            layouts[gpu_names[gpu_pk]].append((profile, start))
 
     domain_names = {domain.pk: domain.name for domain in domains}
     hosts_by_domain: dict[int, list[str]] = defaultdict(list)
@@ -68,6 +79,7 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
             name=host.name, domain=domain_names[host.domain_id], gpu_type=host.gpu_type,
             gpus=tuple(gpus_by_host[host.pk]), state=host.state, cpus=host.cpus, memory_gib=host.memory_gib,
             fast_lane=host.fast_lane,
+            mig=tuple(core.MigGpu(gpu_id, tuple(layouts[gpu_id])) for gpu_id in mig_gpus.get(host.pk, ())),
         ))
     topology = core.Topology(
         domains=tuple(
@@ -92,16 +104,18 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
     )
 
     held: dict[int, list[str]] = defaultdict(list)
-    gpu_names = {pk: gpu_id for gpu_id, pk in gpu_pks.items()}
-    for job_id, gpu_pk in (
+    instances: dict[int, tuple[str, int]] = {}  # job pk -> the MIG instance it holds
+    for job_id, gpu_pk, profile, start in (
         GpuAssignment.objects.filter(released_at__isnull=True, job__cluster=cluster)
-        .order_by("job_id", "gpu_id").values_list("job_id", "gpu_id")
+        .order_by("job_id", "gpu_id").values_list("job_id", "gpu_id", "mig_instance__profile", "mig_instance__start")
     ):
         held[job_id].append(gpu_names[gpu_pk])
+        if profile:
+            instances[job_id] = (profile, start)
 
     job_fields = [
         "pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type", "topology",
-        "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "submitted_at",
+        "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "submitted_at", "mig_profile",
     ]
     running = []
     for row in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).values(
@@ -119,6 +133,8 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
             state=core.PREEMPTING if row["stop_cause"] else core.RUNNING,
             preempted_for=str(row["preempted_for_id"]) if row["preempted_for_id"] else None,
             grace_ends=seconds(row["stop_deadline"]),
+            mig_profile=instances[row["pk"]][0] if row["pk"] in instances else "",
+            mig_start=instances[row["pk"]][1] if row["pk"] in instances else None,
         ))
     earmarked: dict[str, list[str]] = defaultdict(list)
     for job in running:
@@ -138,6 +154,7 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
             gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t), topology=row["topology"],
             max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
             memory_gib=row["memory_gib"], earmarked_gpus=tuple(sorted(earmarked.get(str(row["pk"]), ()))),
+            mig_profile=row["mig_profile"] if row["gpus"] == 1 else "",
         ))
 
     migrations = tuple(

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from scheduler import core
 from scheduler.choices import LIVE_STATES, EventKind, JobState
+from scheduler.core import mig as mig_geometry
 from scheduler.core.durations import format_duration
 from scheduler.executors import advance_simulated, expire_heartbeats, reconcile
 from scheduler.history import after_tick
@@ -24,7 +25,7 @@ from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess, Tick
 from scheduler.services import job_end_run
 from scheduler.snapshot import TickInput, build_snapshot, moment
 from topology.choices import Executor, HostState
-from topology.models import Cluster, Gpu, Host
+from topology.models import Cluster, Gpu, Host, HostEvent, MigInstance
 
 log = logging.getLogger(__name__)
 SCHEDULER = "system:scheduler"
@@ -90,6 +91,8 @@ def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Dec
             result.preempted += 1
         else:
             result.skipped.append(f"preempt {preemption.job_id}")
+    for layout in decisions.mig_layouts:
+        _apply_mig_layout(tick_input, layout, now)
     for start in decisions.starts:
         if _apply_start(cluster, tick_input, start, now):
             result.started += 1
@@ -105,6 +108,36 @@ def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Dec
     return result
 
 
+def _apply_mig_layout(tick_input: TickInput, layout: core.MigLayout, now: datetime) -> None:
+    """Give a MIG GPU the layout the core chose: destroy idle instances it drops, create the new ones.
+
+    An instance a live job holds is never destroyed: if one would be (another
+    writer started a job there since the snapshot), the tick rolls back.
+    """
+    gpu = Gpu.objects.select_for_update().select_related("host").get(pk=tick_input.gpu_pks[layout.gpu])
+    if not gpu.mig_enabled:
+        raise IntegrityError(f"GPU {layout.gpu} is not in MIG mode")
+    try:
+        wanted = set(mig_geometry.validate_layout(layout.instances))
+    except mig_geometry.MigLayoutError as error:
+        raise IntegrityError(f"GPU {layout.gpu}: {error}") from None
+    current = {(i.profile, i.start): i for i in MigInstance.objects.filter(gpu=gpu, destroyed_at__isnull=True)}
+    dropped = [instance.pk for key, instance in current.items() if key not in wanted]
+    if GpuAssignment.objects.filter(mig_instance__in=dropped, released_at__isnull=True).exists():
+        raise IntegrityError(f"GPU {layout.gpu}: a new layout would destroy an instance a job holds")
+    before = mig_geometry.layout_summary(list(current))
+    MigInstance.objects.filter(pk__in=dropped).update(destroyed_at=now)
+    MigInstance.objects.bulk_create([
+        MigInstance(gpu=gpu, profile=profile, start=start, created_at=now)
+        for profile, start in sorted(wanted - set(current), key=lambda i: i[1])
+    ])
+    HostEvent.objects.create(
+        host=gpu.host, at=now, kind=HostEvent.Kind.INVENTORY, actor=SCHEDULER,
+        detail=f"GPU {gpu.index} MIG layout: {mig_geometry.layout_summary(layout.instances)} (was {before}); "
+               f"{layout.reason}"[:1000],
+    )
+
+
 def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now: datetime) -> bool:
     job_pk = int(start.job_id)
     state = JobState.RUNNING if cluster.executor == Executor.SIMULATED else JobState.STARTING
@@ -115,9 +148,17 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
         return False
     Job.objects.filter(pk=job_pk, started_at__isnull=True).update(started_at=now)
     gpu_pks = [tick_input.gpu_pks[gpu_id] for gpu_id in start.gpu_ids]
-    GpuAssignment.objects.bulk_create(
-        [GpuAssignment(job_id=job_pk, gpu_id=pk, milli=start.gpu_milli, assigned_at=now) for pk in gpu_pks]
-    )
+    instance = None
+    if start.mig_profile:
+        # The one live instance of that profile at that slot; the unique constraint refuses a second holder.
+        instance = MigInstance.objects.filter(gpu_id=gpu_pks[0], profile=start.mig_profile, start=start.mig_start,
+                                              destroyed_at__isnull=True).first()
+        if instance is None:
+            raise IntegrityError(f"no {start.mig_profile} instance at slice {start.mig_start} of {start.gpu_ids[0]}")
+    GpuAssignment.objects.bulk_create([
+        GpuAssignment(job_id=job_pk, gpu_id=pk, milli=start.gpu_milli, assigned_at=now, mig_instance=instance)
+        for pk in gpu_pks
+    ])
     # The check constraint refuses a GPU beyond 1000 milli: an overcommit rolls the tick back.
     Gpu.objects.filter(pk__in=gpu_pks).update(allocated_milli=F("allocated_milli") + start.gpu_milli)
     job = Job.objects.only("restarts").get(pk=job_pk)
@@ -129,7 +170,8 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
     JobEvent.objects.create(
         job_id=job_pk, at=now, kind=EventKind.START, actor=SCHEDULER,
         detail=" ".join(
-            gpu_id if start.gpu_milli == 1000 else f"{gpu_id}@{start.gpu_milli}" for gpu_id in start.gpu_ids
+            f"{gpu_id}/{start.mig_profile}@{start.mig_start}" if start.mig_profile
+            else gpu_id if start.gpu_milli == 1000 else f"{gpu_id}@{start.gpu_milli}" for gpu_id in start.gpu_ids
         ),
         cause=start.reason[:200],
     )

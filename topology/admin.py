@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from topology.models import Block, Cluster, Domain, Gpu, Host, HostEvent
+from topology.models import Block, Cluster, Domain, Gpu, Host, HostEvent, MigInstance
 
 
 @admin.register(Cluster)
@@ -27,7 +27,7 @@ class DomainAdmin(admin.ModelAdmin):
 class GpuInline(admin.TabularInline):
     model = Gpu
     extra = 0
-    readonly_fields = ["allocated_milli"]
+    readonly_fields = ["allocated_milli", "mig_enabled"]
 
 
 @admin.register(Host)
@@ -41,10 +41,25 @@ class HostAdmin(admin.ModelAdmin):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ["__str__", "health", "allocated_milli"]
-    list_filter = ["health"]
+    list_display = ["__str__", "health", "mig_enabled", "allocated_milli"]
+    list_filter = ["health", "mig_enabled"]
     search_fields = ["host__name"]
-    readonly_fields = ["allocated_milli"]
+    readonly_fields = ["allocated_milli", "mig_enabled"]
+
+
+@admin.register(MigInstance)
+class MigInstanceAdmin(admin.ModelAdmin):
+    """MIG instances are the scheduler's to create and destroy (MIG mode itself comes from the cluster file)."""
+
+    list_display = ["gpu", "profile", "start", "created_at", "destroyed_at"]
+    list_filter = ["profile"]
+    search_fields = ["gpu__host__name"]
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 @admin.register(HostEvent)

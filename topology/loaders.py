@@ -3,12 +3,20 @@
 A file is checked whole before anything is written; every problem names the
 entry and the field. Loading the same file twice changes nothing; a changed
 file updates the inventory without touching the hosts of running jobs.
+
+Beyond FORMATS.md (additions, all optional): GPUs in MIG mode, per domain
+entry (`mig: true` for every GPU of its hosts, or `mig: [0, 1]` for those
+indices) or per host (`mig_hosts: {hgx-02-h01: true, hgx-03-h01: [4, 5]}`,
+which overrides the domain's entry for that host). Only A100 and H100 GPUs
+(the 80 GB MIG geometry of scheduler/core/mig.py) may be put in MIG mode, and
+a GPU running a job keeps its mode until it is drained.
 """
 
 from dataclasses import dataclass, field
 
 import yaml
 from django.db import transaction
+from django.utils import timezone
 from django.utils.text import slugify
 
 from scheduler.core import model as core
@@ -16,7 +24,7 @@ from scheduler.core.durations import parse_duration
 from scheduler.core.placement import choose_fast_lane_hosts
 from topology.choices import DomainKind, Executor, GpuHealth, HostState
 from topology.health import parse_health_policy
-from topology.models import AWAITING_AGENT_REASON, Block, Cluster, Domain, Gpu, Host
+from topology.models import AWAITING_AGENT_REASON, Block, Cluster, Domain, Gpu, Host, MigInstance
 
 LOADER_ACTOR = "system:load_cluster"
 UNHEALTHY_REASON = "listed in unhealthy_hosts of the cluster file"
@@ -35,8 +43,10 @@ POLICY_FIELDS = {
 }
 DOMAIN_KEYS = {
     "name", "count", "block", "hosts", "gpus_per_host", "gpu_type",
-    "cpus_per_host", "memory_gib_per_host", "kind",
+    "cpus_per_host", "memory_gib_per_host", "kind", "mig",
 }
+# MIG follows the 80 GB A100/H100 geometry (scheduler/core/mig.py): only those GPU types may be put in MIG mode.
+MIG_GPU_TYPES = ("A100", "H100")
 MAX_HOSTS_PER_DOMAIN = 1024
 MAX_GPUS_PER_HOST = 64
 
@@ -78,6 +88,8 @@ class HostSpec:
     gpu_count: int
     cpus: int
     memory_gib: int
+    # Indices of its GPUs in MIG mode.
+    mig_gpus: tuple[int, ...] = ()
 
 
 @dataclass
@@ -109,6 +121,7 @@ class ClusterSpec:
                 name=host.name, domain=domain.name, gpu_type=host.gpu_type,
                 gpus=tuple(f"{host.name}:{index}" for index in range(host.gpu_count)),
                 state=core.DOWN if host.name in unhealthy else core.UP, cpus=host.cpus, memory_gib=host.memory_gib,
+                mig=tuple(core.MigGpu(f"{host.name}:{index}") for index in host.mig_gpus),
             )
             for domain in self.domains for host in domain.hosts
         ]
@@ -123,12 +136,39 @@ class ClusterSpec:
         return set(choose_fast_lane_hosts(self.core_topology(), self.policy.get("fast_lane_gpus", 0)))
 
 
+def _mig_gpus(value, where: str, gpu_type: str | None, gpus: int | None, problems: list[str]) -> tuple[int, ...]:
+    """A `mig` entry: true (every GPU), false, or a list of GPU indices; checked against the GPU type and count."""
+    if value is None or value is False:
+        return ()
+    if gpus is None or gpu_type is None:
+        return ()
+    if value is True:
+        indices = list(range(gpus))
+    elif isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        indices = value
+        bad = sorted({v for v in value if not 0 <= v < gpus})
+        if bad:
+            problems.append(f"{where}: GPU indices {', '.join(map(str, bad))} are not between 0 and {gpus - 1}")
+            return ()
+        if len(set(value)) != len(value):
+            problems.append(f"{where}: a GPU index is listed twice")
+            return ()
+    else:
+        problems.append(f"{where}: {value!r} must be true (every GPU in MIG mode) or a list of GPU indices")
+        return ()
+    if indices and not gpu_type.upper().startswith(MIG_GPU_TYPES):
+        problems.append(f"{where}: MIG follows the 80 GB A100/H100 geometry; {gpu_type} GPUs cannot be put in "
+                        "MIG mode")
+        return ()
+    return tuple(sorted(indices))
+
+
 def parse_cluster(data) -> ClusterSpec:
     """Check a cluster spec; raise LoadError listing every problem."""
     problems: list[str] = []
     if not isinstance(data, dict):
         raise LoadError(["the file must be a mapping with name, policy and domains"])
-    unknown = set(data) - {"name", "policy", "domains", "unhealthy_hosts", "health"}
+    unknown = set(data) - {"name", "policy", "domains", "unhealthy_hosts", "health", "mig_hosts"}
     if unknown:
         problems.append(f"unknown top-level keys: {', '.join(sorted(map(str, unknown)))}")
 
@@ -199,6 +239,7 @@ def parse_cluster(data) -> ClusterSpec:
         if not isinstance(template, str) or not template:
             problems.append(f"{where}.name: required")
             continue
+        mig = _mig_gpus(entry.get("mig"), f"{where}.mig", gpu_type, gpus_per_host, problems)
         if None in (count, host_count, gpus_per_host, cpus, memory, gpu_type):
             continue
         if count > 1 and "{" not in template:
@@ -234,6 +275,7 @@ def parse_cluster(data) -> ClusterSpec:
                         gpu_count=gpus_per_host,
                         cpus=cpus,
                         memory_gib=memory,
+                        mig_gpus=mig,
                     )
                 )
             domains.append(domain)
@@ -246,6 +288,18 @@ def parse_cluster(data) -> ClusterSpec:
     for number, host_name in enumerate(unhealthy):
         if host_name not in known_hosts:
             problems.append(f"unhealthy_hosts[{number}]: {host_name!r} is not a host of this cluster")
+
+    mig_hosts = data.get("mig_hosts") or {}
+    if not isinstance(mig_hosts, dict):
+        problems.append("mig_hosts: must be a mapping of host name to true or a list of GPU indices")
+        mig_hosts = {}
+    by_name = {host.name: host for domain in domains for host in domain.hosts}
+    for host_name, value in mig_hosts.items():
+        host = by_name.get(host_name)
+        if host is None:
+            problems.append(f"mig_hosts.{host_name}: not a host of this cluster")
+            continue
+        host.mig_gpus = _mig_gpus(value, f"mig_hosts.{host_name}", host.gpu_type, host.gpu_count, problems)
 
     health = None
     if "health" in data:
@@ -336,10 +390,12 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
                     changes["updated"] += 1
             existing = gpus_by_host.get(host.pk, [])
             have = {gpu.index for gpu in existing}
-            missing = [Gpu(host=host, index=index) for index in range(host_spec.gpu_count) if index not in have]
+            missing = [Gpu(host=host, index=index, mig_enabled=index in host_spec.mig_gpus)
+                       for index in range(host_spec.gpu_count) if index not in have]
             if missing:
                 Gpu.objects.bulk_create(missing)
                 changes["created"] += len(missing)
+            _apply_mig(host, host_spec, existing, live_gpu_ids, problems, changes)
             extra = [
                 gpu for gpu in existing if gpu.index >= host_spec.gpu_count and gpu.health == GpuHealth.OK
             ]
@@ -374,6 +430,28 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
     changes["updated"] += in_cluster.filter(name__in=lane, fast_lane=False).update(fast_lane=True)
     changes["updated"] += in_cluster.exclude(name__in=lane).filter(fast_lane=True).update(fast_lane=False)
     return cluster, changes
+
+
+def _apply_mig(host: Host, spec: HostSpec, gpus: list[Gpu], live_gpu_ids: set[int], problems: list[str],
+               changes: dict) -> None:
+    """Put the host's GPUs in or out of MIG mode as the file says; never under a running job.
+
+    A GPU leaving MIG mode loses its (idle) instances; one entering it starts
+    with none: the scheduler lays it out for the demand it sees.
+    """
+    for gpu in gpus:
+        wanted = gpu.index in spec.mig_gpus
+        if gpu.index >= spec.gpu_count or gpu.mig_enabled == wanted:
+            continue
+        if gpu.pk in live_gpu_ids:
+            problems.append(f"host {host.name} GPU {gpu.index} runs a job; its MIG mode cannot change until it is "
+                            "drained")
+            continue
+        gpu.mig_enabled = wanted
+        gpu.save(update_fields=["mig_enabled"])
+        if not wanted:
+            MigInstance.objects.filter(gpu=gpu, destroyed_at__isnull=True).update(destroyed_at=timezone.now())
+        changes["updated"] += 1
 
 
 def _policy_model_fields():

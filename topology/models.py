@@ -5,6 +5,7 @@ from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from scheduler.core import model as core
+from scheduler.core.mig import PROFILES as MIG_PROFILES
 from topology.choices import DomainKind, Executor, GpuHealth, HostState
 from topology.health import HealthPolicy, default_health_policy, parse_health_policy
 
@@ -193,7 +194,12 @@ class Gpu(models.Model):
     health = models.CharField(max_length=16, choices=GpuHealth.choices, default=GpuHealth.OK)
     # Milli-GPUs held by live jobs; kept by the scheduler's writer in the same
     # transaction as the assignments, so the database refuses an overcommit.
+    # A MIG instance holds its compute slices' share (mig.profile_milli), so
+    # this bound also keeps a MIG GPU within its 7 compute slices.
     allocated_milli = models.PositiveIntegerField(default=0)
+    # MIG mode (set from the cluster file): the GPU takes only jobs asking for a
+    # MIG profile, on the instances of its layout (MigInstance).
+    mig_enabled = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["host__name", "index"]
@@ -211,6 +217,50 @@ class Gpu(models.Model):
     @property
     def gpu_id(self) -> str:
         return f"{self.host.name}:{self.index}"
+
+    def mig_layout(self) -> tuple[tuple[str, int], ...]:
+        """The instances created on this GPU now, as (profile, start slot) by start slot."""
+        return tuple(self.mig_instances.filter(destroyed_at__isnull=True).order_by("start")
+                     .values_list("profile", "start"))
+
+
+class MigInstance(models.Model):
+    """A MIG GPU instance created on a GPU in MIG mode (80 GB A100/H100 geometry, scheduler/core/mig.py).
+
+    The scheduler creates instances for the jobs it places and destroys idle
+    ones only when it gives a GPU with no job on it a new layout; a destroyed
+    instance is kept (`destroyed_at`) for the history of the jobs that ran on
+    it. Live instances of one GPU never share a start slot (the database
+    refuses it); the writer checks the full geometry (mig.validate_layout).
+    A live job holds an instance through its GpuAssignment, and the database
+    refuses a second live holder.
+    """
+
+    PROFILES = tuple(MIG_PROFILES)
+
+    gpu = models.ForeignKey(Gpu, on_delete=models.CASCADE, related_name="mig_instances")
+    profile = models.CharField(max_length=16, choices=[(p, p) for p in PROFILES])
+    start = models.PositiveSmallIntegerField(help_text="First memory slice (0-7) of the instance.")
+    created_at = models.DateTimeField(default=timezone.now)
+    destroyed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["gpu", "start", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["gpu", "start"], condition=Q(destroyed_at__isnull=True),
+                                    name="%(app_label)s_%(class)s_one_live_per_start"),
+            models.CheckConstraint(condition=Q(profile__in=tuple(MIG_PROFILES)),
+                                   name="%(app_label)s_%(class)s_known_profile"),
+            models.CheckConstraint(condition=Q(start__lte=6), name="%(app_label)s_%(class)s_start_range"),
+        ]
+
+    def __str__(self):
+        return f"{self.profile}@{self.start} on GPU {self.gpu_id}"
+
+    @staticmethod
+    def stable_id(host: str, index: int, start: int) -> str:
+        """The id the agent uses in CUDA_VISIBLE_DEVICES when NVML cannot tell the instance's real UUID."""
+        return f"MIG-{host}-{index}-{start}"
 
 
 class HostEvent(models.Model):

@@ -15,6 +15,7 @@ from topology.models import (
     Gpu,
     Host,
     HostEvent,
+    MigInstance,
 )
 
 # What a GPU is doing, for pages and occupancy.
@@ -35,6 +36,17 @@ class GpuView:
     state: str
     jobs: list = field(default_factory=list)  # [(job id, project, milli, allocated)]
     reserved_for: dict | None = None  # the reservation holding its host, when idle there
+    mig: bool = False  # in MIG mode
+    # Its MIG instances by start slot: [(profile, start, job id holding it or None)].
+    mig_instances: list = field(default_factory=list)
+
+    @property
+    def mig_summary(self) -> str:
+        """"3g.40gb@0 job 12, 1g.10gb@6 idle" (MIG GPUs only)."""
+        if not self.mig_instances:
+            return "no instances yet" if self.mig else ""
+        return ", ".join(f"{profile}@{start} " + (f"job {job}" if job else "idle")
+                         for profile, start, job in self.mig_instances)
 
 
 @dataclass
@@ -99,6 +111,26 @@ def _live_holders(gpu_ids) -> dict[int, list]:
     return holders
 
 
+def _mig_instances(gpus) -> dict[int, list]:
+    """GPU pk → its live MIG instances with their holders, for the GPUs in MIG mode (no query if none is)."""
+    from scheduler.models import GpuAssignment
+
+    mig_pks = [gpu.pk for gpu in gpus if gpu.mig_enabled]
+    if not mig_pks:
+        return {}
+    holders = dict(
+        GpuAssignment.objects.filter(released_at__isnull=True, mig_instance__gpu_id__in=mig_pks)
+        .values_list("mig_instance_id", "job_id")
+    )
+    instances: dict[int, list] = defaultdict(list)
+    for pk, gpu_pk, profile, start in (
+        MigInstance.objects.filter(gpu_id__in=mig_pks, destroyed_at__isnull=True).order_by("gpu_id", "start")
+        .values_list("pk", "gpu_id", "profile", "start")
+    ):
+        instances[gpu_pk].append((profile, start, holders.get(pk)))
+    return instances
+
+
 def _gpu_state(host: Host, gpu: Gpu, jobs: list) -> str:
     if jobs:
         return ALLOCATED if any(allocated for *_, allocated in jobs) else UNALLOCATED
@@ -118,10 +150,11 @@ def domain_views(cluster: Cluster, *, domain: Domain | None = None) -> list[Doma
         ))
     )
     domains = list(domains)
-    gpu_pks = [gpu.pk for d in domains for h in d.hosts.all() for gpu in h.gpus.all()]
-    holders = _live_holders(gpu_pks)
+    gpus = [gpu for d in domains for h in d.hosts.all() for gpu in h.gpus.all()]
+    holders = _live_holders([gpu.pk for gpu in gpus])
+    instances = _mig_instances(gpus)
     return [
-        DomainView(domain=d, hosts=[_host_view(host, host.gpus.all(), holders) for host in d.hosts.all()])
+        DomainView(domain=d, hosts=[_host_view(host, host.gpus.all(), holders, instances) for host in d.hosts.all()])
         for d in domains
     ]
 
@@ -146,13 +179,15 @@ def cluster_summary(cluster: Cluster, views: list[DomainView] | None = None) -> 
     }
 
 
-def _host_view(host: Host, gpus, holders: dict[int, list]) -> HostView:
+def _host_view(host: Host, gpus, holders: dict[int, list], instances: dict[int, list] | None = None) -> HostView:
+    instances = instances or {}
     return HostView(
         host=host,
         gpus=[
             GpuView(
                 id=f"{host.name}:{gpu.index}", index=gpu.index, health=gpu.health,
                 state=_gpu_state(host, gpu, holders.get(gpu.pk, [])), jobs=holders.get(gpu.pk, []),
+                mig=gpu.mig_enabled, mig_instances=instances.get(gpu.pk, []),
             )
             for gpu in gpus
         ],
@@ -161,7 +196,7 @@ def _host_view(host: Host, gpus, holders: dict[int, list]) -> HostView:
 
 def host_view(host: Host) -> HostView:
     gpus = list(host.gpus.order_by("index"))
-    return _host_view(host, gpus, _live_holders([gpu.pk for gpu in gpus]))
+    return _host_view(host, gpus, _live_holders([gpu.pk for gpu in gpus]), _mig_instances(gpus))
 
 
 def mark_reservations(views: list[DomainView], reservations: list[dict]) -> None:

@@ -2,6 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from scheduler.choices import Priority, Topology
+from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import Job, JobEvent
 
 MAX_SECONDS = 10 * 365 * 86400
@@ -31,6 +32,11 @@ class JobSubmitSerializer(serializers.Serializer):
         min_value=1, max_value=MAX_SECONDS, required=False, allow_null=True,
         help_text="Simulated clusters only: seconds of work the job needs.",
     )
+    mig_profile = serializers.CharField(
+        max_length=16, required=False, allow_blank=True, default="",
+        help_text=f"A MIG instance of this profile ({', '.join(MIG_PROFILES)}) on a GPU in MIG mode, instead of a "
+                  "whole GPU or a fraction: 1-GPU jobs only, not with gpu_milli.",
+    )
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -56,8 +62,8 @@ class JobSerializer(serializers.ModelSerializer):
         model = Job
         fields = [
             "id", "name", "state", "cluster", "project", "user", "gpus", "gpus_per_host", "gpu_type", "gpu_milli",
-            "topology", "cpus", "memory_gib", "min_runtime", "resumable", "max_runtime", "priority", "allocation",
-            "queue_position", "project_position", "pending_reason", "estimated_start", "gpu_ids", "hosts",
+            "mig_profile", "topology", "cpus", "memory_gib", "min_runtime", "resumable", "max_runtime", "priority",
+            "allocation", "queue_position", "project_position", "pending_reason", "estimated_start", "gpu_ids", "hosts",
             "submitted_at", "started_at", "ended_at", "preemptions", "restarts", "exit_code", "stop_cause", "command",
         ]
 

@@ -24,6 +24,8 @@ from .model import (
     Domain,
     Host,
     HostChange,
+    MigGpu,
+    MigLayout,
     PendingJob,
     PendingStatus,
     Policy,
@@ -40,6 +42,6 @@ from .placement import choose_fast_lane_hosts
 __all__ = [
     "ANY", "CORDONED", "DOMAIN", "DOWN", "DRAINED", "DRAINING", "PREEMPTING", "PREFERRED", "PRIORITY_HIGH",
     "PRIORITY_LOW", "PRIORITY_NORMAL", "RUNNING", "UP", "WHOLE_GPU_MILLI", "Decisions", "Domain", "Host",
-    "HostChange", "PendingJob", "PendingStatus", "Policy", "Preemption", "Reservation", "RunningJob", "Snapshot",
-    "Start", "Topology", "Unit", "choose_fast_lane_hosts", "schedule",
+    "HostChange", "MigGpu", "MigLayout", "PendingJob", "PendingStatus", "Policy", "Preemption", "Reservation",
+    "RunningJob", "Snapshot", "Start", "Topology", "Unit", "choose_fast_lane_hosts", "schedule",
 ]

@@ -16,15 +16,21 @@ Free capacity is indexed so that "does anything fit" is a lookup:
 
 Only hosts in state `up` are schedulable: capacity, entitlement and placement
 all count them alone (cordoned, draining, drained and down hosts take nothing).
+
+GPUs in MIG mode are kept apart (`MigState`, one per GPU): they are never
+free whole GPUs nor shared by fractions, only MIG jobs use them, and their
+layouts change only as `take_mig` is told.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
+from collections import Counter
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import NamedTuple
 
+from . import mig as mig_geometry
 from .model import UP, WHOLE_GPU_MILLI, PendingJob, RunningJob, Topology
 
 
@@ -125,6 +131,35 @@ class Group:
         return self.free == self.capacity
 
 
+@dataclass(eq=False, slots=True)
+class MigState:
+    """One GPU in MIG mode: its layout and which job holds each instance."""
+
+    gpu: str
+    host: HostState
+    # Its place in the topology's GPU order (stable tie-break).
+    position: int
+    layout: tuple[tuple[str, int], ...]
+    # (profile, start) -> id of the job holding that instance.
+    held: dict[tuple[str, int], str] = field(default_factory=dict)
+    # A job that is not a MIG job holds the GPU (MIG mode was switched under it): it takes nothing.
+    blocked: bool = False
+
+    @property
+    def busy_compute(self) -> int:
+        return sum(mig_geometry.PROFILES[name].compute_slices for name, _ in self.held)
+
+    @property
+    def idle(self) -> tuple[tuple[str, int], ...]:
+        """Instances created and held by no job."""
+        return tuple(instance for instance in self.layout if instance not in self.held)
+
+    @property
+    def open(self) -> bool:
+        """Could a MIG job start here at all (some compute slice not held)?"""
+        return not self.blocked and self.host.state == UP and self.busy_compute < mig_geometry.COMPUTE_SLICES
+
+
 def _remove(entries: list, entry) -> None:
     del entries[bisect_left(entries, entry)]
 
@@ -194,14 +229,32 @@ class Capacity:
         self._undo: list[tuple] | None = None
         # Running job id -> (host, its GPUs there) for every known host it holds.
         self.held: dict[str, list[tuple[HostState, int]]] = {}
+        # GPUs in MIG mode (healthy ones), by GPU id.
+        self.mig: dict[str, MigState] = {}
+        mig_layouts: dict[str, tuple[tuple[str, int], ...]] = {}
         for host in sorted(topology.hosts, key=attrgetter("name")):
+            in_mig = {m.gpu: m.instances for m in host.mig if m.gpu in host.gpus} if host.mig else {}
+            whole = [gpu for gpu in host.gpus if gpu not in in_mig] if in_mig else list(host.gpus)
             self.hosts[host.name] = HostState(
-                host.name, host.domain, host.gpu_type, host.fast_lane, host.state, len(host.gpus), list(host.gpus),
+                host.name, host.domain, host.gpu_type, host.fast_lane, host.state, len(whole), whole,
                 host.cpus or None, host.memory_gib or None,
             )
+            mig_layouts.update(in_mig)
             for gpu in host.gpus:
                 self.gpu_host[gpu] = host.name
         self.gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_host)}
+        for gpu, instances in mig_layouts.items():
+            self.mig[gpu] = MigState(gpu, self.hosts[self.gpu_host[gpu]], self.gpu_position[gpu],
+                                     mig_geometry.validate_layout(instances))
+        # Pending MIG jobs not yet started this tick, by (profile, GPU types): the demand new layouts are
+        # chosen for, and whether MIG room matters to `has_room`.
+        self.mig_demand: Counter[tuple[str, frozenset[str]]] = Counter(
+            (job.mig_profile, job.gpu_types) for job in pending if job.mig_profile
+        ) if self.mig else Counter()
+        self._layouts: dict[tuple, tuple[tuple[str, int], ...]] = {}
+        # What fractions are scored against (placement.share_cost), built when first needed.
+        self.running, self.pending = running, pending
+        self.share_cost = None
         for domain in topology.domains:
             for name in domain.hosts:
                 self.domain_of[name] = domain.name
@@ -215,7 +268,8 @@ class Capacity:
         held_whole: set[str] = set()
         for job in sorted(running, key=attrgetter("seq", "id")):
             gpus = len(job.gpu_ids)
-            shared = gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+            on_mig = bool(job.mig_profile)
+            shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
             held = self.held[job.id] = []
             for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
                 host = self.hosts.get(name)
@@ -227,14 +281,32 @@ class Capacity:
                     host.cpus_free -= per_host_share(job.cpus, len(gpu_ids), gpus)
                 if job.memory_gib and host.memory_free is not None:
                     host.memory_free -= per_host_share(job.memory_gib, len(gpu_ids), gpus)
-                if shared:
+                if on_mig:
+                    self._hold_instance(job, gpu_ids)
+                elif shared:
                     gpu = gpu_ids[0]
                     host.milli_used[gpu] = host.milli_used.get(gpu, 0) + job.gpu_milli
                 else:
                     held_whole.update(gpu_ids)
+                    for gpu in gpu_ids:
+                        if gpu in self.mig:
+                            self.mig[gpu].blocked = True
         for host in self.hosts.values():
             if host.jobs:
                 host.free = [g for g in host.free if g not in held_whole and g not in host.milli_used]
+
+    def _hold_instance(self, job: RunningJob, gpu_ids: list[str]) -> None:
+        """A running MIG job holds its instance (added to the layout if the snapshot's lacks it)."""
+        state = self.mig.get(gpu_ids[0]) if gpu_ids else None
+        if state is None or job.mig_start is None:
+            return
+        instance = (job.mig_profile, job.mig_start)
+        if instance not in state.layout:
+            if mig_geometry.is_valid_layout(state.layout + (instance,)):
+                state.layout = mig_geometry.validate_layout(state.layout + (instance,))
+            else:
+                state.blocked = True  # an instance the snapshot's layout contradicts: touch nothing
+        state.held[instance] = job.id
 
     def _hold_earmarks(self, pending: tuple[PendingJob, ...], now: float) -> None:
         """Free GPUs earmarked for a pending job are its own (rule 4).
@@ -288,7 +360,8 @@ class Capacity:
 
     @property
     def healthy_gpus(self) -> int:
-        return sum(group.capacity for pool in self.pools.values() for group in pool.groups.values())
+        mig = sum(1 for state in self.mig.values() if state.host.state == UP)
+        return sum(group.capacity for pool in self.pools.values() for group in pool.groups.values()) + mig
 
     @property
     def free_gpus(self) -> int:
@@ -297,7 +370,7 @@ class Capacity:
     def releases(self, job: RunningJob) -> dict[str, Release]:
         """What a running job would give back, per schedulable host (whole GPUs only)."""
         gpus = len(job.gpu_ids)
-        shared = gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+        shared = job.mig_profile or (gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI)
         held = self.held.get(job.id) or self._hosts_of(job)
         return {
             host.name: Release(
@@ -314,7 +387,21 @@ class Capacity:
         return [(self.hosts[n], len(g)) for n, g in running_job_hosts(job, self.gpu_host).items() if n in self.hosts]
 
     def has_room(self) -> bool:
-        return any(pool.free or pool.shared for pool in self.pools.values())
+        if any(pool.free or pool.shared for pool in self.pools.values()):
+            return True
+        return self.mig_demand.total() > 0 and any(state.open for state in self.mig.values())
+
+    def mig_layout_for(self, gpu_type: str, profile: str) -> tuple[tuple[str, int], ...]:
+        """The layout for an empty MIG GPU of `gpu_type`, from the waiting demand that may use it, `profile` in it."""
+        demand: Counter[str] = Counter()
+        for (wanted, types), count in self.mig_demand.items():
+            if count > 0 and (not types or gpu_type in types):
+                demand[wanted] += count
+        key = (tuple(sorted(demand.items())), profile)
+        layout = self._layouts.get(key)
+        if layout is None:
+            layout = self._layouts[key] = mig_geometry.choose_layout(demand, required=profile)
+        return layout
 
     # ------------------------------------------------------------ the statement
 
@@ -350,6 +437,29 @@ class Capacity:
             if self._undo is not None:
                 self._undo.append((host, gpu_ids, cpus_here, memory_here, milli, shared_gpu))
         return tuple(taken)
+
+    def take_mig(self, job_id: str, state: MigState, instance: tuple[str, int],
+                 layout: tuple[tuple[str, int], ...], *, cpus: int, memory_gib: int,
+                 gpu_types: frozenset[str] = frozenset()) -> None:
+        """Give a MIG job its instance, the GPU taking `layout` first (never while a trial runs).
+
+        Only instances no job holds may leave the layout; the caller chose it so.
+        """
+        if self._undo is not None:
+            raise RuntimeError("MIG placements are not trial moves")
+        missing = [held for held in state.held if held not in layout]
+        if missing or instance not in layout or instance in state.held:
+            raise ValueError(f"{state.gpu}: layout {layout} would drop held instances or double-book {instance}")
+        state.layout = layout
+        state.held[instance] = job_id
+        host = state.host
+        if host.cpus_free is not None:
+            host.cpus_free -= cpus
+        if host.memory_free is not None:
+            host.memory_free -= memory_gib
+        key = (instance[0], gpu_types)
+        if self.mig_demand[key] > 0:
+            self.mig_demand[key] -= 1
 
     def _share(self, host: HostState, gpu: str, milli: int, own: list[str]) -> None:
         pool = host.group.pool

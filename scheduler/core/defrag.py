@@ -86,7 +86,7 @@ def _moves_in(group: Group, req: JobRequest, capacity: Capacity, host_ok: HostFi
     movable: dict[str, RunningJob] = {}
     for host in group.hosts:
         for job in host.jobs:
-            if (job.state == RUNNING and job.resumable and job.id not in unavailable
+            if (job.state == RUNNING and job.resumable and job.id not in unavailable and not job.mig_profile
                     and (not job.allocated or now >= job.protected_until)):
                 movable[job.id] = job
     ordered = sorted(movable.values(), key=lambda j: (lost_work(j, now), len(j.gpu_ids), j.seq, j.id))

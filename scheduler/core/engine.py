@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
 
+from . import mig as mig_geometry
 from . import reasons
 from .capacity import Capacity, HostState
 from .defrag import DefragPlan, migrations_left, plan_defrag
@@ -34,8 +35,10 @@ from .model import (
     DOMAIN,
     PREEMPTING,
     RUNNING,
+    UP,
     WHOLE_GPU_MILLI,
     Decisions,
+    MigLayout,
     PendingJob,
     PendingStatus,
     Policy,
@@ -46,6 +49,8 @@ from .model import (
     Start,
 )
 from .placement import (
+    NEW_INSTANCE,
+    NEW_LAYOUT,
     HostFilter,
     JobRequest,
     Placement,
@@ -118,6 +123,7 @@ def _decide(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
         pending=pending,
         host_changes=tuple(host_changes),
         unit_ratios=unit_ratios,
+        mig_layouts=tuple(cycle.mig_layouts.values()),
     )
 
 
@@ -160,6 +166,8 @@ class Cycle:
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.reservations: list[Reservation] = []
+        # MIG GPUs given new instances or a new layout this tick, by GPU.
+        self.mig_layouts: dict[str, MigLayout] = {}
         self.order: list[PendingJob] = []
         self.started: set[str] = set()
         self.started_jobs: list[RunningJob] = []
@@ -256,6 +264,10 @@ class Cycle:
         if placement is not None:
             self._start(job, placement)
             return True
+        if job.mig_profile:
+            # A MIG instance waits for one to free up: it neither preempts nor reserves.
+            self.waits[job.id] = self._waiting(job)
+            return False
         leaving = self.in_flight.get(job.id)
         if leaving:
             plan = self.victims.after(self._request(job), leaving, self._host_filter(self._request(job)))
@@ -332,16 +344,53 @@ class Cycle:
 
     def _start(self, job: PendingJob, placement: Placement) -> None:
         req = self._request(job)
+        if placement.mig is not None:
+            self._start_mig(job, placement)
+            return
         gpu_ids = self.capacity.take(job.id, req.gpus, placement.parts, cpus=job.cpus, memory_gib=job.memory_gib,
                                      milli=req.milli, shared_gpu=placement.shared_gpu)
         host = placement.parts[0][0].name if job.gpus == 0 else ""
         self.starts.append(Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host))
+        self._started(job, placement, RunningJob(
+            job.id, job.project, gpu_ids, self.now, job.min_runtime, job.resumable, job.submit_time, job.seq,
+            gpu_milli=req.milli, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
+            memory_gib=job.memory_gib, host=host,
+        ))
+
+    def _start_mig(self, job: PendingJob, placement: Placement) -> None:
+        choice = placement.mig
+        state = choice.state
+        gpu = state.gpu
+        profile, start = choice.instance
+        before = mig_geometry.layout_summary(state.layout)
+        self.capacity.take_mig(job.id, state, choice.instance, choice.layout, cpus=job.cpus,
+                               memory_gib=job.memory_gib, gpu_types=job.gpu_types)
+        where = f"{profile} instance at slice {start} of GPU {gpu}"
+        if choice.how == NEW_LAYOUT:
+            change = (f"GPU {gpu} had no job on it: partitioned as {mig_geometry.layout_summary(choice.layout)} "
+                      f"for the MIG demand waiting (was {before})")
+            reason = f"MIG: {where}; {change}"
+        elif choice.how == NEW_INSTANCE:
+            change = f"new {profile} instance in free slices of GPU {gpu} at slice {start}"
+            reason = f"MIG: {where}, created in free slices"
+        else:
+            change = ""
+            reason = f"MIG: idle {where}"
+        if change:
+            first = self.mig_layouts.get(gpu)
+            note = change if first is None else f"{first.reason}; {change}"
+            self.mig_layouts[gpu] = MigLayout(gpu, choice.layout, note)
+        self.starts.append(Start(job.id, (gpu,), job.gpu_milli, reason, mig_profile=profile, mig_start=start))
+        self._started(job, placement, RunningJob(
+            job.id, job.project, (gpu,), self.now, job.min_runtime, job.resumable, job.submit_time, job.seq,
+            topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus, memory_gib=job.memory_gib,
+            mig_profile=profile, mig_start=start,
+        ))
+
+    def _started(self, job: PendingJob, placement: Placement, started: RunningJob) -> None:
         self.started.add(job.id)
         self.victims.capacity_changed()
         # Later reservations and drains count it as running from now.
-        started = RunningJob(job.id, job.project, gpu_ids, self.now, job.min_runtime, job.resumable,
-                             job.submit_time, job.seq, gpu_milli=req.milli, topology=job.topology,
-                             max_runtime=job.max_runtime, cpus=job.cpus, memory_gib=job.memory_gib, host=host)
         for placed, _ in placement.parts:
             placed.jobs.append(started)
         self.started_jobs.append(started)
@@ -354,7 +403,9 @@ class Cycle:
             return f"on host {host.name}"
         if placement.shared_gpu is not None:
             left = WHOLE_GPU_MILLI - host.milli_used.get(placement.shared_gpu, WHOLE_GPU_MILLI)
-            return f"best fit: shares GPU {placement.shared_gpu} ({left} milli-GPU left free on it)"
+            how = ("the shared GPU where it fragments the least" if placement.key[0] == 0
+                   else "no shared GPU had room: a whole GPU by host best fit")
+            return f"shares GPU {placement.shared_gpu} ({left} milli-GPU left free on it): {how}"
         if len(placement.parts) == 1:
             left = reasons.plural(len(host.free), "GPU")
             return f"best fit: host {host.name} in {host.domain} ({left} left free there)"
@@ -441,7 +492,7 @@ class Cycle:
         """
         short = job.min_runtime <= self.policy.fast_lane_max_min_runtime
         fields = (job.gpus, job.gpus_per_host, job.gpu_milli, job.gpu_types, job.topology, job.min_runtime > 0, short,
-                  job.cpus, job.memory_gib)
+                  job.cpus, job.memory_gib, job.mig_profile)
         keys = self._classes_by_fields.get(fields)
         if keys is None:
             keys = self._classes_by_fields[fields] = self._classes_of(job, lanes(job, self.policy))
@@ -452,15 +503,16 @@ class Cycle:
         # More GPUs need fewer CPUs per GPU: with CPU or memory asked, the count is part of it.
         exact = job.gpus if job.cpus or job.memory_gib else None
         milli = job.gpu_milli if job.gpus == 1 else WHOLE_GPU_MILLI
-        kind = (job.gpus_per_host, milli, job.gpu_types, job.topology, sides, exact)
+        mig = job.mig_profile
+        kind = (job.gpus_per_host, milli, job.gpu_types, job.topology, sides, exact, mig)
         pools = [pool for side in pools_in(self.capacity, sides, job.gpu_types) for pool in side]
         smallest_host = min((pool.largest_host for pool in pools), default=0)
         largest_group = max((pool.largest_group for pool in pools), default=0)
         per_host = job.gpus_per_host
         if (per_host is None and job.gpus <= smallest_host) or (per_host is not None and per_host >= job.gpus):
-            placing = preempting = (None, milli, job.gpu_types, ANY, sides, exact)
+            placing = preempting = (None, milli, job.gpu_types, ANY, sides, exact, mig)
         elif job.gpus <= largest_group:
-            placing, preempting = kind, (per_host, milli, job.gpu_types, DOMAIN, sides, exact)
+            placing, preempting = kind, (per_host, milli, job.gpu_types, DOMAIN, sides, exact, mig)
         else:
             placing = preempting = kind
         return tuple(self._key_objects.setdefault(k, k) for k in (kind, placing, preempting))
@@ -599,7 +651,7 @@ class Cycle:
             if text is None:
                 text = texts[wait] = self._reason(job, wait, head, unit_ratios)
             estimate = wait.ready_at
-            if job.min_runtime > 0 and wait.kind is not NEVER:
+            if job.min_runtime > 0 and wait.kind is not NEVER and not job.mig_profile:
                 demand += job.gpus
                 short = demand - free_now
                 if estimate is None and 0 < short <= coming and job.project not in no_estimate:
@@ -660,6 +712,9 @@ class Cycle:
         types = reasons.gpu_types_label(job.gpu_types)
         if job.gpus == 0:
             return "no host has the CPUs and memory free"
+        if req.mig_profile:
+            return (f"no MIG GPU{types} has an idle {req.mig_profile} instance or free slices for one, and none is "
+                    f"free of jobs to be partitioned anew")
         free = sum(pool.free for pool in pools)
         if req.shared:
             most = max((WHOLE_GPU_MILLI if pool.free else pool.shared[-1][0] if pool.shared else 0 for pool in pools),
@@ -685,7 +740,7 @@ class Cycle:
         timeline: list[tuple[float, int]] = []
         for job in self.snapshot.running + tuple(self.started_jobs):
             held = self.capacity.held.get(job.id)
-            if held and held[0][0].group is None:
+            if held and held[0][0].group is None or job.mig_profile:
                 continue
             when = self._release_time(job)
             if when is not None:
@@ -712,7 +767,7 @@ def _any_host(host: HostState) -> bool:
 
 # Everything about a job that its decision depends on, but who it is.
 _alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
-                    "max_runtime", "cpus", "memory_gib")
+                    "max_runtime", "cpus", "memory_gib", "mig_profile")
 
 
 def _spans_hosts(req: JobRequest, capacity: Capacity) -> bool:
@@ -722,10 +777,15 @@ def _spans_hosts(req: JobRequest, capacity: Capacity) -> bool:
 
 def _never_fits(req: JobRequest, capacity: Capacity) -> str:
     """Why no healthy capacity could ever hold the job ("" if some could)."""
-    pools = [pool for lane in pools_for(req, capacity) for pool in lane]
     types = reasons.gpu_types_label(req.gpu_types)
     if req.gpus == 0:
         return ""
+    if req.mig_profile:
+        if any(state.host.state == UP and state.host.fast_lane in req.lanes
+               and (not req.gpu_types or state.host.gpu_type in req.gpu_types) for state in capacity.mig.values()):
+            return ""
+        return f"no healthy GPU{types} in MIG mode on this cluster"
+    pools = [pool for lane in pools_for(req, capacity) for pool in lane]
     if req.per_host is not None and req.gpus % req.per_host:
         return f"{req.gpus} GPUs is not a multiple of {req.per_host} per host"
     if not pools:

@@ -178,7 +178,7 @@ def all_layouts() -> tuple[Layout, ...]:
     return tuple(sorted(set(found)))
 
 
-def choose_layout(demand: Mapping[str, int]) -> Layout:
+def choose_layout(demand: Mapping[str, int], required: str | None = None) -> Layout:
     """Instances to create on an empty GPU for the requests it sees.
 
     ``demand`` is the number of waiting requests per profile. Creates only
@@ -187,6 +187,10 @@ def choose_layout(demand: Mapping[str, int]) -> Layout:
     layout that serves the most compute slices, then the most memory
     slices, then leaves the most room (``room``), then has the fewest
     instances; remaining ties go to the first layout in canonical order.
+
+    ``required`` names a profile the layout must hold at least one instance
+    of (the request being placed now, which comes first whatever the rest
+    of the demand would prefer).
     """
     wanted = {}
     for name, count in demand.items():
@@ -195,6 +199,9 @@ def choose_layout(demand: Mapping[str, int]) -> Layout:
             raise ValueError(f"negative demand for {name}: {count}")
         if count:
             wanted[name] = count
+    if required is not None:
+        _profile(required)
+        wanted[required] = max(1, wanted.get(required, 0))
 
     def key(layout: Layout) -> tuple:
         served = [PROFILES[name] for name, _ in layout]
@@ -206,15 +213,32 @@ def choose_layout(demand: Mapping[str, int]) -> Layout:
         )
 
     best: Layout = ()
-    best_key = key(best)
+    best_key = None if required is not None else key(best)
     for layout in all_layouts():
         counts = Counter(name for name, _ in layout)
         if any(counts[name] > wanted.get(name, 0) for name in counts):
             continue
+        if required is not None and not counts[required]:
+            continue
         k = key(layout)
-        if k > best_key:
+        if best_key is None or k > best_key:
             best, best_key = layout, k
     return best
+
+
+def profile_milli(name: str) -> int:
+    """A profile's share of the GPU in milli-GPU: its compute slices out of 7, rounded down.
+
+    What a job on such an instance holds and is charged (1g → 142, 2g → 285,
+    3g → 428, 4g → 571, 7g → 1000). Any valid layout sums to at most 1000
+    (seven 1g instances make 994) and any eight compute slices to more, so a
+    GPU's bound of 1000 milli also bounds its compute slices at 7.
+    """
+    return 1000 * _profile(name).compute_slices // COMPUTE_SLICES
+
+
+def compute_used(layout: Iterable[tuple[str, int]]) -> int:
+    return sum(_profile(name).compute_slices for name, _ in layout)
 
 
 def layout_summary(layout: Sequence[tuple[str, int]]) -> str:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .mig import profile_milli
+
 # Host states, as in topology.Host.
 UP = "up"
 CORDONED = "cordoned"
@@ -70,6 +72,23 @@ class Host:
     memory_gib: int = 0
     # Part of the cluster's fast lane (rule 6).
     fast_lane: bool = False
+    # Its GPUs in MIG mode, with their layouts. Those that are healthy are also
+    # in `gpus`, but take only jobs asking for a MIG profile (never whole-GPU
+    # jobs or fractions) and do not count towards whole-GPU room.
+    mig: tuple[MigGpu, ...] = ()
+
+
+@dataclass(frozen=True)
+class MigGpu:
+    """A GPU in MIG mode and the instances created on it: (profile, start slot), see `mig.py`.
+
+    Instances stay created when their job ends (idle); the scheduler adds
+    instances in free slices, and chooses a new layout only for a GPU no
+    job holds an instance of.
+    """
+
+    gpu: str
+    instances: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -127,6 +146,13 @@ class PendingJob:
     # GPUs this job preempted and that stay reserved for it during the
     # victims' grace period (rule 4).
     earmarked_gpus: tuple[str, ...] = ()
+    # A MIG instance of this profile (`mig.PROFILES`) instead of a whole GPU or
+    # a fraction: a 1-GPU job; `gpu_milli` then becomes the profile's share.
+    mig_profile: str = ""
+
+    def __post_init__(self) -> None:
+        if self.mig_profile:
+            object.__setattr__(self, "gpu_milli", profile_milli(self.mig_profile))
 
     @property
     def allocated(self) -> bool:
@@ -159,6 +185,14 @@ class RunningJob:
     grace_ends: float | None = None
     # CPU-only jobs (no GPUs): the host holding their CPUs and memory.
     host: str = ""
+    # A job on a MIG instance: its profile and start slot on its one GPU;
+    # `gpu_milli` then becomes the profile's share.
+    mig_profile: str = ""
+    mig_start: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.mig_profile:
+            object.__setattr__(self, "gpu_milli", profile_milli(self.mig_profile))
 
     @property
     def allocated(self) -> bool:
@@ -190,6 +224,22 @@ class Start:
     reason: str = ""
     # CPU-only jobs (no GPUs): the host to run on.
     host: str = ""
+    # A MIG job: the instance it starts on (profile, start slot) on its one GPU.
+    mig_profile: str = ""
+    mig_start: int | None = None
+
+
+@dataclass(frozen=True)
+class MigLayout:
+    """The layout a MIG GPU must have before this tick's starts on it.
+
+    Only instances no job holds are ever removed: either new instances in
+    free slices, or a new layout for a GPU with no job on it.
+    """
+
+    gpu: str
+    instances: tuple[tuple[str, int], ...]
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -248,3 +298,5 @@ class Decisions:
     host_changes: tuple[HostChange, ...] = ()
     # Per-unit usage ratios the order was computed from (for queue pages).
     unit_ratios: dict[str, float] = field(default_factory=dict)
+    # MIG GPUs whose layout changes this tick (applied before the starts).
+    mig_layouts: tuple[MigLayout, ...] = ()

@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -219,8 +219,12 @@ class TargetWorkload:
 
     @classmethod
     def from_tasks(cls, tasks: Iterable[Task]) -> TargetWorkload:
-        counted = Counter(tasks)
-        ordered = sorted(counted.items(), key=lambda kv: _task_key(kv[0]))
+        return cls.from_counts(Counter(tasks))
+
+    @classmethod
+    def from_counts(cls, counts: Mapping[Task, int]) -> TargetWorkload:
+        """Each distinct request and how often it was seen (counts > 0)."""
+        ordered = sorted(((task, n) for task, n in counts.items() if n > 0), key=lambda kv: _task_key(kv[0]))
         return cls(tuple(ordered))
 
     @property
@@ -334,6 +338,15 @@ def eventual_waste(workload: TargetWorkload, dead_share: float) -> tuple[tuple[f
     190 hole), so a hole only they could fill counts as lost. Returns
     (W, smallest size counted).
     """
+    live, smallest = _live_sizes(workload, dead_share)
+    waste = [0.0] * (WHOLE_GPU_MILLI + 1)
+    for f in range(1, WHOLE_GPU_MILLI + 1):
+        waste[f] = _waste_at(f, live, waste)
+    return tuple(waste), smallest
+
+
+def _live_sizes(workload: TargetWorkload, dead_share: float) -> tuple[list[tuple[int, int]], int]:
+    """(size, count) of the sizes that fill holes, ascending, and the smallest of them (see `eventual_waste`)."""
     sizes: Counter[int] = Counter()
     share_sizes: Counter[int] = Counter()
     for task, n in workload.counts:
@@ -350,17 +363,49 @@ def eventual_waste(workload: TargetWorkload, dead_share: float) -> tuple[tuple[f
             break
         smallest = m
         below += share_sizes[m]
-    live = sorted((m, n) for m, n in sizes.items() if m >= smallest)
-    waste = [0.0] * (WHOLE_GPU_MILLI + 1)
-    for f in range(1, WHOLE_GPU_MILLI + 1):
-        total = weighted = 0.0
-        for m, n in live:
-            if m > f:
-                break
-            total += n
-            weighted += n * waste[f - m]
-        waste[f] = weighted / total if total else float(f)
-    return tuple(waste), smallest
+    return sorted((m, n) for m, n in sizes.items() if m >= smallest), smallest
+
+
+def _waste_at(f: int, live: list[tuple[int, int]], waste) -> float:
+    total = weighted = 0.0
+    for m, n in live:
+        if m > f:
+            break
+        total += n
+        weighted += n * waste[f - m]
+    return weighted / total if total else float(f)
+
+
+class LazyWaste:
+    """`eventual_waste`'s table, the same values, computed only for the free amounts asked and those they need.
+
+    A tick asks for a handful; sizes on a grid (multiples of 50 milli, say)
+    reach only a few dozen amounts, where the whole table costs a thousand.
+    """
+
+    def __init__(self, workload: TargetWorkload, dead_share: float):
+        self.live, self.smallest = _live_sizes(workload, dead_share)
+        self._known: dict[int, float] = {0: 0.0}
+
+    def __getitem__(self, f: int) -> float:
+        known = self._known
+        value = known.get(f)
+        if value is not None:
+            return value
+        live = self.live
+        stack = [f]
+        while stack:
+            x = stack[-1]
+            if x in known:
+                stack.pop()
+                continue
+            needed = [x - m for m, _ in live if m <= x and x - m not in known]
+            if needed:
+                stack.extend(needed)
+                continue
+            known[x] = _waste_at(x, live, known)
+            stack.pop()
+        return known[f]
 
 
 # ------------------------------------------------------------------ policies
@@ -819,3 +864,55 @@ def choose(
     and inventory.
     """
     return Packer(nodes, policy=policy, workload=workload, rng=rng, inventory=inventory).decide(task)
+
+
+# ------------------------------------------------------------ the live engine
+
+
+class ShareCost:
+    """What putting one GPU-sharing task on one GPU of a node costs later, for the live engine.
+
+    ``AllotPolicy``'s measures, in milli-GPU, lower is better, with its
+    weights: the growth of the GPU's **eventual waste** (the milli it is
+    expected never to give out as the workload keeps arriving), of the
+    node's **CPU stranding** (free GPUs its CPU could not feed) and of its
+    **FGD fragmentation** (the node-level shape of its free GPUs). The
+    fourth measure, scarcity, is left out: it is judged per request shape
+    against the whole inventory, which a tick cannot afford, and the
+    engine's pools already keep GPU types apart.
+
+    The engine builds one per tick from the demand it sees (its pending and
+    running jobs, as tasks) and asks it only to rank GPUs its topology rules
+    allow (see ``placement._shared_placement``).
+    """
+
+    def __init__(self, workload: TargetWorkload):
+        typical = workload.typical(FGD_DEFAULT_COVERAGE)
+        self.covered = sum(n for _, n in typical) or 1
+        self.frag = Fragmentation(typical)
+        self.waste = LazyWaste(workload, AllotPolicy.DEAD_SHARE)
+        self.cpu_per_gpu_milli = _quantile_cpu_per_gpu_milli(workload, AllotPolicy.CPU_RESERVE_QUANTILE)
+
+    def _stranded(self, free_gpu_milli: int, cpu_milli: int) -> float:
+        if free_gpu_milli == 0 or self.cpu_per_gpu_milli == 0:
+            return 0.0
+        return max(0.0, free_gpu_milli - cpu_milli / self.cpu_per_gpu_milli)
+
+    def cost(self, model: str, cpu_milli: int, gpu_free: Sequence[int], gpu: int, task: Task) -> float:
+        """The cost of ``task`` (a 1-GPU fraction) on GPU ``gpu`` of a node with ``gpu_free`` and ``cpu_milli`` free."""
+        milli = task.gpu_milli
+        free = gpu_free[gpu]
+        if free < milli:
+            raise ValueError(f"GPU {gpu} has {free} milli free, the task needs {milli}")
+        after = list(gpu_free)
+        after[gpu] = free - milli
+        cpu_after = cpu_milli - task.cpu_milli
+        total = sum(gpu_free)
+        strand = AllotPolicy.STRAND_WEIGHT * (
+            self._stranded(total - milli, cpu_after) - self._stranded(total, cpu_milli)
+        )
+        frag = AllotPolicy.FGD_WEIGHT * (
+            self.frag.of(model, cpu_after, after) - self.frag.of(model, cpu_milli, gpu_free)
+        ) / self.covered
+        waste = AllotPolicy.WASTE_WEIGHT * (self.waste[free - milli] - self.waste[free])
+        return round(strand + waste + frag, 6)

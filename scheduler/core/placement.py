@@ -15,8 +15,17 @@ victims would release, for rules 4 and 5) and allocated by the engine.
   can hold them take as few domains as possible, the largest first and the
   last being the smallest that completes them (Kueue's BestFit). `any` asks
   for nothing more, but respecting topology costs it nothing.
-- A 1-GPU job with `gpu_milli` < 1000 shares a GPU: the shared GPU with the
-  least free milli-GPU that fits, else a whole free GPU by host best fit.
+- A 1-GPU job with `gpu_milli` < 1000 shares a GPU. Topology first: a GPU
+  already shared before a whole free one (whole GPUs, hosts and domains are
+  what gang jobs need), and a whole one only by host best fit (partly used
+  domains and hosts first). Among the shared GPUs that fit, the one where the
+  fraction costs the least later by the fragmentation-aware measures of
+  `packing.ShareCost` (learnt on the openb trace, where it beats FGD),
+  judged against the demand the tick sees; then the least free milli-GPU.
+- A job asking for a MIG profile goes to a GPU in MIG mode (`_mig_placement`):
+  an idle instance or free slices of a GPU that already runs MIG jobs first,
+  then a GPU with no job on it, which may be given a new layout for the
+  demand (`mig.choose_layout`). A GPU with jobs on it is never repartitioned.
 - A gang never mixes GPU types and never straddles the fast lane (each pool
   is searched on its own); CPU and memory must fit on every host.
 """
@@ -25,13 +34,18 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import takewhile
+from operator import attrgetter
 from typing import TypeVar
 
-from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
+from . import mig as mig_geometry
+from .capacity import NOTHING, Capacity, Group, HostState, MigState, Pool, Release
 from .model import DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, Policy, Topology
+from .packing import ShareCost, TargetWorkload, Task
 
 
 def lanes(job: PendingJob, policy: Policy) -> tuple[bool, ...]:
@@ -73,6 +87,8 @@ class JobRequest:
     # How long it can't be preempted once started (0: unallocated).
     protected_for: float
     earmarked: tuple[str, ...]
+    # A MIG profile (then `milli` is its share of the GPU, and it shares nothing).
+    mig_profile: str = ""
 
     @classmethod
     def of(cls, job: PendingJob, policy: Policy) -> JobRequest:
@@ -91,11 +107,12 @@ class JobRequest:
             lanes=lanes(job, policy),
             protected_for=protected_for(job),
             earmarked=job.earmarked_gpus,
+            mig_profile=job.mig_profile if job.gpus == 1 else "",
         )
 
     @property
     def shared(self) -> bool:
-        return self.milli < WHOLE_GPU_MILLI
+        return self.milli < WHOLE_GPU_MILLI and not self.mig_profile
 
     def single_host(self, pool: Pool) -> bool:
         if self.per_host is not None:
@@ -108,6 +125,22 @@ Part = TypeVar("Part")
 
 
 @dataclass(frozen=True)
+class MigChoice:
+    """A MIG job's instance: on which GPU, which one, and the GPU's layout once it starts."""
+
+    state: MigState
+    instance: tuple[str, int]
+    layout: tuple[tuple[str, int], ...]
+    # IDLE_INSTANCE, NEW_INSTANCE or NEW_LAYOUT.
+    how: str
+
+
+IDLE_INSTANCE = "idle instance"
+NEW_INSTANCE = "new instance"
+NEW_LAYOUT = "new layout"
+
+
+@dataclass(frozen=True)
 class Placement:
     """Where a job would start: not yet allocated."""
 
@@ -116,6 +149,7 @@ class Placement:
     # Best-fit key; smaller is better (compared across pools).
     key: tuple
     shared_gpu: str | None = None
+    mig: MigChoice | None = None
 
     @property
     def domains(self) -> tuple[str, ...]:
@@ -240,19 +274,183 @@ def _best_host(pool: Pool, req: JobRequest, need: int, host_ok: HostFilter) -> P
     return None
 
 
-def _best_shared_gpu(pool: Pool, req: JobRequest, host_ok: HostFilter, capacity: Capacity) -> Placement | None:
-    """The shared GPU with the least free milli-GPU that fits, else a whole one."""
-    for free_milli, host_name, gpu in pool.shared[bisect_left(pool.shared, (req.milli, "", "")):]:
-        host = capacity.hosts[host_name]
-        if host_ok(host) and room(host, req, Release(gpus=1)) >= 1:
-            return Placement(((host, 1),), (0, free_milli, host_name, gpu), shared_gpu=gpu)
-    whole = _best_host(pool, req, 1, host_ok)
-    if whole is None:
-        return None
-    host = whole.parts[0][0]
-    own = host.earmarked.get(req.job_id, ())
-    gpu = own[0] if own else host.free[0]
-    return Placement(whole.parts, (1,) + whole.key, shared_gpu=gpu)
+# The search over shared GPUs is bounded: GPUs with the same free milli-GPU cost the same on the GPU itself and
+# differ only by their host's terms, so at most this many of each free amount are scored, and this many in all.
+SHARED_SCORED_PER_FREE = 4
+SHARED_SCORED_MAX = 64
+# CPU milli of a host whose CPUs are not constrained.
+UNCONSTRAINED_CPU_MILLI = 1 << 40
+
+
+def _shared_placement(req: JobRequest, capacity: Capacity, host_ok: HostFilter) -> Placement | None:
+    """A fraction: the shared GPU where it costs the least later, else a whole one by host best fit.
+
+    Per fast-lane side, in preference order: every pool's shared GPUs with
+    room first (scored together, so GPU types compare on one scale), then a
+    whole free GPU, the best host fit over the pools.
+    """
+    for pools in pools_for(req, capacity):
+        candidates = [c for pool in pools if pool.shared for c in _shared_candidates(pool, req, host_ok, capacity)]
+        if candidates:
+            return _cheapest_shared(candidates, req, capacity)
+        best = None
+        for pool in pools:
+            whole = _best_host(pool, req, 1, host_ok) if pool.free else None
+            if whole is not None and (best is None or whole.key < best.key):
+                best = whole
+        if best is not None:
+            host = best.parts[0][0]
+            own = host.earmarked.get(req.job_id, ())
+            return Placement(best.parts, (1,) + best.key, shared_gpu=own[0] if own else host.free[0])
+    return None
+
+
+def _shared_candidates(pool: Pool, req: JobRequest, host_ok: HostFilter,
+                       capacity: Capacity) -> list[tuple[int, HostState, str]]:
+    """(free milli, host, GPU) of the pool's shared GPUs the fraction fits on, the fewest free first (bounded)."""
+    shared = pool.shared
+    index = bisect_left(shared, (req.milli, "", ""))
+    candidates: list[tuple[int, HostState, str]] = []
+    while index < len(shared) and len(candidates) < SHARED_SCORED_MAX:
+        free_milli = shared[index][0]
+        end = bisect_left(shared, (free_milli + 1, "", ""), index)
+        taken = 0
+        for i in range(index, end):
+            _, host_name, gpu = shared[i]
+            host = capacity.hosts[host_name]
+            if host_ok(host) and room(host, req, Release(gpus=1)) >= 1:
+                candidates.append((free_milli, host, gpu))
+                taken += 1
+                if taken == SHARED_SCORED_PER_FREE or len(candidates) == SHARED_SCORED_MAX:
+                    break
+        index = end
+    return candidates
+
+
+def _cheapest_shared(candidates: list[tuple[int, HostState, str]], req: JobRequest, capacity: Capacity) -> Placement:
+    """The candidate of least `ShareCost` (then the least free, then by name); one alone needs no scoring."""
+    if len(candidates) == 1:
+        free_milli, host, gpu = candidates[0]
+        return Placement(((host, 1),), (0, 0.0, free_milli, host.name, gpu), shared_gpu=gpu)
+    cost = share_cost(capacity)
+    task = _task(req.cpus * 1000, req.memory_gib * 1024, req.milli, req.gpu_types)
+    best = None
+    for free_milli, host, gpu in candidates:
+        gpu_free, position = _gpu_free(host, gpu)
+        cpu = UNCONSTRAINED_CPU_MILLI if host.cpus_free is None else host.cpus_free * 1000
+        key = (0, cost.cost(host.gpu_type, cpu, gpu_free, position, task), free_milli, host.name, gpu)
+        if best is None or key < best[0]:
+            best = (key, host, gpu)
+    key, host, gpu = best
+    return Placement(((host, 1),), key, shared_gpu=gpu)
+
+
+@lru_cache(maxsize=4096)
+def _task(cpu_milli: int, memory_mib: int, milli: int, gpu_types: frozenset[str], gpus: int = 1) -> Task:
+    """Packing tasks are immutable: one object per shape."""
+    return Task(cpu_milli, memory_mib, gpus, milli, gpu_types)
+
+
+def _gpu_free(host: HostState, gpu: str) -> tuple[list[int], int]:
+    """Free milli-GPU of each GPU of the host (MIG GPUs aside), and the index of `gpu` in that list."""
+    gpu_free = [WHOLE_GPU_MILLI - used for used in host.milli_used.values()]
+    position = list(host.milli_used).index(gpu)
+    gpu_free += [WHOLE_GPU_MILLI] * len(host.free)
+    # Whole GPUs held by jobs, or earmarked for one: nothing free.
+    gpu_free += [0] * max(0, host.gpu_count - len(gpu_free))
+    return gpu_free, position
+
+
+def share_cost(capacity: Capacity) -> ShareCost:
+    """The tick's `ShareCost`, built once, from the demand it sees: every pending and running GPU job."""
+    cost = capacity.share_cost
+    if cost is None:
+        cost = capacity.share_cost = ShareCost(demand_workload(capacity.running, capacity.pending))
+    return cost
+
+
+_pending_shape = attrgetter("cpus", "memory_gib", "gpus", "gpu_milli", "gpu_types", "mig_profile")
+_running_shape = attrgetter("cpus", "memory_gib", "gpu_ids", "gpu_milli", "mig_profile")
+
+
+def demand_workload(running, pending) -> TargetWorkload:
+    """The jobs as packing tasks (MIG and CPU-only jobs aside): what the cluster expects to be asked."""
+    shapes: Counter = Counter(map(_pending_shape, pending))
+    shapes.update((cpus, memory, len(gpu_ids), milli, frozenset(), mig)
+                  for cpus, memory, gpu_ids, milli, mig in map(_running_shape, running))
+    tasks: Counter = Counter()
+    for (cpus, memory, gpus, milli, types, mig), count in shapes.items():
+        if gpus <= 0 or mig:
+            continue
+        milli = milli if gpus == 1 and 0 < milli < WHOLE_GPU_MILLI else WHOLE_GPU_MILLI
+        tasks[_task(max(0, cpus) * 1000, max(0, memory) * 1024, milli, types, gpus)] += count
+    return TargetWorkload.from_counts(tasks)
+
+
+# ---------------------------------------------------------------- MIG
+
+
+def _mig_placement(req: JobRequest, capacity: Capacity, host_ok: HostFilter) -> Placement | None:
+    """The MIG GPU and instance for a MIG job, or None.
+
+    In this order: an idle instance of its profile on a GPU that runs MIG
+    jobs, then a new instance in free slices of such a GPU (`mig.place`,
+    which moves nothing), then an idle instance on a GPU with no job, then a
+    new layout for a GPU with no job (`mig.choose_layout` over the MIG
+    demand of the tick, the job's profile included). Inside each: the
+    busiest GPU (compute slices held), then the fewest idle instances
+    destroyed, then the one left with the most room (`mig.room`), then the
+    GPU order.
+    """
+    for side in req.lanes:
+        best = None
+        for state in capacity.mig.values():
+            host = state.host
+            if not state.open or host.fast_lane != side:
+                continue
+            if req.gpu_types and host.gpu_type not in req.gpu_types:
+                continue
+            if not host_ok(host) or not _cpu_memory_fit(host, req):
+                continue
+            found = _mig_choice(state, req.mig_profile, capacity)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+        if best is not None:
+            key, choice = best
+            return Placement(((choice.state.host, 1),), key, mig=choice)
+    return None
+
+
+def _mig_choice(state: MigState, profile: str, capacity: Capacity) -> tuple[tuple, MigChoice] | None:
+    idle = [instance for instance in state.idle if instance[0] == profile]
+    if state.held:
+        if idle:
+            tier, choice = 0, MigChoice(state, idle[0], state.layout, IDLE_INSTANCE)
+        else:
+            start = mig_geometry.place(profile, state.layout)
+            if start is None:
+                return None  # never repartition a GPU with jobs on it
+            layout = mig_geometry.validate_layout(state.layout + ((profile, start),))
+            tier, choice = 1, MigChoice(state, (profile, start), layout, NEW_INSTANCE)
+    elif idle:
+        tier, choice = 2, MigChoice(state, idle[0], state.layout, IDLE_INSTANCE)
+    else:
+        # No job on it: the layout the waiting demand wants (idle instances it does not want go).
+        layout = capacity.mig_layout_for(state.host.gpu_type, profile)
+        instance = next(i for i in layout if i[0] == profile)
+        tier, choice = 3, MigChoice(state, instance, layout, NEW_LAYOUT)
+    busy_after = state.busy_compute + mig_geometry.PROFILES[profile].compute_slices
+    room_after = mig_geometry.room(choice.layout)
+    # Partitioning anew: a GPU with fewer idle instances to destroy first.
+    destroyed = len(state.layout) if tier == 3 else 0
+    key = (tier, -busy_after, destroyed, tuple(-r for r in room_after), state.position)
+    return key, choice
+
+
+def _cpu_memory_fit(host: HostState, req: JobRequest) -> bool:
+    if req.cpus and host.cpus_free is not None and host.cpus_free < req.cpus:
+        return False
+    return not (req.memory_gib and host.memory_free is not None and host.memory_free < req.memory_gib)
 
 
 def _best_group(pool: Pool, req: JobRequest, host_ok: HostFilter) -> Placement | None:
@@ -273,10 +471,8 @@ def _fewest_groups(pool: Pool, req: JobRequest, host_ok: HostFilter) -> Placemen
 
 
 def _best_in_pool(pool: Pool, req: JobRequest, host_ok: HostFilter, capacity: Capacity) -> Placement | None:
-    if pool.free < req.gpus and not (req.shared and pool.shared):
+    if pool.free < req.gpus:
         return None
-    if req.shared:
-        return _best_shared_gpu(pool, req, host_ok, capacity)
     if req.single_host(pool):
         if pool.largest_free_host < req.gpus:
             return None
@@ -335,10 +531,14 @@ def find_placement(req: JobRequest, capacity: Capacity, host_ok: HostFilter) -> 
     """Where the job could start now, or None."""
     if req.gpus == 0:
         return _cpu_only_host(req, capacity, host_ok)
+    if req.mig_profile:
+        return _mig_placement(req, capacity, host_ok)
     if req.earmarked:
         placement = _on_earmarks(req, capacity, host_ok)
         if placement is not None:
             return placement
+    if req.shared:
+        return _shared_placement(req, capacity, host_ok)
     for pools in pools_for(req, capacity):
         best = None
         for pool in pools:

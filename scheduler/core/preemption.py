@@ -129,6 +129,9 @@ class Victims:
         for job in sorted(running, key=lambda j: (j.seq, j.id)):
             if job.state != RUNNING or job.id in leaving:
                 continue
+            # A MIG instance frees no whole GPU and no fraction; MIG jobs don't preempt either.
+            if job.mig_profile:
+                continue
             if job.allocated and now < job.protected_until:
                 continue
             candidate = Candidate.of(job, capacity, now)

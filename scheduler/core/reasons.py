@@ -46,6 +46,8 @@ def need(job: PendingJob) -> str:
     types = gpu_types_label(job.gpu_types)
     if job.gpus == 0:
         return f"needs {job.cpus} CPUs and {job.memory_gib} GiB on one host"
+    if job.gpus == 1 and job.mig_profile:
+        return f"needs a {job.mig_profile} MIG instance{types}"
     if job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI:
         return f"needs {job.gpu_milli} milli-GPU{types}"
     per_host = job.gpus_per_host

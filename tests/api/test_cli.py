@@ -10,6 +10,7 @@ import pytest
 from client.cli import main
 from scheduler.models import Job
 from scheduler.tick import run_tick
+from topology.models import Gpu
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -112,3 +113,27 @@ def test_the_cli_and_the_agent_import_no_django():
     probe = "import sys, client.cli, client.agent; print(sorted(m for m in sys.modules if m.startswith('django')))"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_submit_queue_and_show_a_mig_job(cli, demo):
+    Gpu.objects.filter(host__name="hgx-08-h01", index=0).update(mig_enabled=True)
+    login(cli)
+    code, out, err = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--mig-profile", "3g.40gb",
+                         "--min-runtime", "1h", "--", "python", "serve.py")
+    assert code == 0, err
+    assert "1 GPU as a 3g.40gb MIG instance" in out
+    job = Job.objects.get()
+    assert (job.gpus, job.mig_profile) == (1, "3g.40gb")
+
+    code, _, err = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--mig-profile", "3g.40gb",
+                       "--gpus", "2", "--min-runtime", "1h", "--", "python", "serve.py")
+    assert code == 1 and "mig_profile" in err and "gpus must be 1, got 2" in err
+    code, _, err = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--min-runtime", "1h", "--", "x")
+    assert code == 2 and "--gpus is required" in err
+
+    run_tick(demo)
+    code, out, _ = cli("queue")
+    row = next(line for line in out.splitlines() if line.startswith(str(job.pk)))
+    assert "3g.40gb" in row.split() and "hgx-08-h01" in row
+    code, out, _ = cli("show", str(job.pk))
+    assert "1 GPU as a 3g.40gb MIG instance" in out and "hgx-08-h01:0/3g.40gb@" in out

@@ -41,6 +41,8 @@ class GpuSerializer(serializers.Serializer):
     health = serializers.CharField()
     state = serializers.CharField()
     jobs = serializers.SerializerMethodField()
+    mig = serializers.BooleanField(help_text="In MIG mode: takes only jobs asking for a MIG profile.")
+    mig_instances = serializers.SerializerMethodField(help_text="MIG mode: its instances, by start slot.")
 
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
     def get_jobs(self, gpu):
@@ -48,6 +50,10 @@ class GpuSerializer(serializers.Serializer):
             {"job": job_id, "project": project, "gpu_milli": milli, "allocated": allocated}
             for job_id, project, milli, allocated in gpu.jobs
         ]
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_mig_instances(self, gpu):
+        return [{"profile": profile, "start": start, "job": job} for profile, start, job in gpu.mig_instances]
 
 
 class HostSerializer(serializers.ModelSerializer):
