@@ -89,3 +89,14 @@ def test_nul_bytes_in_query_strings_are_refused_with_the_parameter_named(demo, c
     assert response.status_code == 400
     name = path.split("?")[1].split("=")[0]
     assert name in response.content.decode()
+
+
+@pytest.mark.parametrize(("query", "whole"), [("limit=258529701621582331904", True),
+                                               ("offset=258529701621582331904", False),
+                                               ("limit=-5&offset=-7", True)])
+def test_out_of_range_pages_are_answered_not_failed(demo, api, query, whole):
+    response = api.as_user(get_user("alice")).get(f"/api/v1/units/?{query}")
+    assert response.status_code == 200
+    body = response.json()
+    assert body["count"] > 0
+    assert len(body["results"]) == (body["count"] if whole else 0)
