@@ -45,7 +45,8 @@ ANCHORS = {
     "optimum": ("within 2 % of the optimum", 0.98),
     "speed": ("< 60 s", 60.0),
 }
-HELIOS = Path(os.environ.get("ALLOT_TRACES") or ROOT.parent / "shared" / "traces") / "philly" / "helios_qssf_philly_results.csv"
+TRACES = Path(os.environ.get("ALLOT_TRACES") or ROOT.parent / "shared" / "traces")
+HELIOS = TRACES / "philly" / "helios_qssf_philly_results.csv"
 
 
 def _setup() -> None:

@@ -38,7 +38,8 @@ from .generators import DAY, HOUR, MINUTE, Workload
 from .workload import SimJob
 
 # ALLOT_TRACES overrides where the traces live (CI sets it when the clone is not beside ../shared).
-DEFAULT_TRACES = Path(os.environ.get("ALLOT_TRACES") or Path(__file__).resolve().parents[2].parent / "shared" / "traces")
+DEFAULT_TRACES = Path(os.environ.get("ALLOT_TRACES")
+                      or Path(__file__).resolve().parents[2].parent / "shared" / "traces")
 
 
 class TraceMissing(FileNotFoundError):

@@ -66,7 +66,7 @@ def test_submit_queue_show_cancel(cli, demo):
     code, out, _ = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "80", "--topology",
                        "domain", "--min-runtime", "1h", "--", "python", "big.py")
     assert code == 1
-    for big in range(2):
+    for _ in range(2):
         cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "72", "--topology", "domain",
             "--min-runtime", "1h", "--json", "--", "python", "big.py")
     run_tick(demo)

@@ -49,7 +49,8 @@ def test_a_cluster_shows_its_policy_capacity_occupancy_and_demand(demo, api):
 def test_a_host_lists_its_gpus_and_who_holds_them(demo, api):
     job = make_job(gpus=2, on_hosts=["nvl72-01-h01"])
     body = api.as_user(get_user("bob")).get("/api/v1/hosts/nvl72-01-h01/").json()
-    assert (body["cluster"], body["domain"], body["block"], body["position"]) == ("gb200-east", "nvl72-01", "spine-a", 1)
+    assert (body["cluster"], body["domain"], body["block"], body["position"]) == (
+        "gb200-east", "nvl72-01", "spine-a", 1)
     assert [gpu["state"] for gpu in body["gpus"]] == ["allocated", "allocated", "idle", "idle"]
     assert body["gpus"][0]["jobs"] == [{"job": job.pk, "project": "olmo", "gpu_milli": 1000, "allocated": True}]
 
@@ -60,7 +61,8 @@ def test_a_host_lists_its_gpus_and_who_holds_them(demo, api):
 
 def test_a_unit_shows_its_place_people_and_shares(demo, api):
     body = api.as_user(get_user("alice")).get("/api/v1/units/olmo/").json()
-    assert (body["parent"], body["children"], body["managers"], body["members"]) == ("nlp", [], ["lee"], ["alice", "bob"])
+    assert (body["parent"], body["children"], body["managers"], body["members"]) == (
+        "nlp", [], ["lee"], ["alice", "bob"])
     share = body["shares"]["gb200-east"]
     assert share["percent_of_parent"] == 55.0
     assert share["fraction_of_cluster"] == pytest.approx(0.33)

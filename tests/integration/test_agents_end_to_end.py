@@ -18,7 +18,6 @@ import yaml
 
 from budgets.loaders import load_org_file
 from scheduler.choices import JobState
-from scheduler.models import Job
 from scheduler.services import JobRequest, job_cancel, job_submit
 from scheduler.tick import run_tick
 from tests.conftest import get_user

@@ -82,7 +82,8 @@ def test_a_changed_share_closes_the_old_allocation_and_records_before_and_after(
     assert Allocation.objects.filter(unit=olmo).count() == 2  # history kept
     assert not Allocation.objects.current().filter(unit__name="tulu").exists()
     change = AllocationChange.objects.filter(unit=olmo).first()
-    assert (change.before_percent, change.after_percent, change.actor) == (Decimal("70"), Decimal("60"), "system:load_org")
+    assert (change.before_percent, change.after_percent, change.actor) == (
+        Decimal("70"), Decimal("60"), "system:load_org")
     tulu_change = AllocationChange.objects.filter(unit__name="tulu").first()
     assert (tulu_change.before_percent, tulu_change.after_percent) == (Decimal("30"), None)
     assert not Membership.objects.filter(unit=olmo, user__username="bob").exists()

@@ -6,12 +6,12 @@ import pytest
 from django.db import connection, connections
 from django.db.models import Count, Sum
 
+from scheduler import core
 from scheduler.choices import LIVE_STATES, JobState
 from scheduler.models import GpuAssignment, Job
 from scheduler.services import JobRequest, job_submit
 from scheduler.snapshot import build_snapshot
 from scheduler.tick import apply_decisions, run_tick
-from scheduler import core
 from tests.conftest import get_user
 from topology.models import Gpu
 

@@ -7,15 +7,17 @@ job and a budget request in place.
 
 import pytest
 import schemathesis
-from schemathesis.checks import (
-    content_type_conformance, not_a_server_error, response_headers_conformance, response_schema_conformance,
-    status_code_conformance,
-)
-from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
-
 from django.core import signals
 from django.db import close_old_connections
+from hypothesis import HealthCheck, settings
+from rest_framework.authtoken.models import Token
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_headers_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from config.wsgi import application
 from tests.conftest import get_user
@@ -56,7 +58,7 @@ def tokens(demo, keep_connection):
 @schema.exclude(path="/api/v1/agent/heartbeat/").parametrize()
 @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
 def test_the_api_keeps_its_schema_for_every_role(case, tokens):
-    for name, token in tokens.items():
+    for token in tokens.values():
         case.call_and_validate(headers={"Authorization": f"Token {token}"}, checks=CHECKS)
 
 
