@@ -9,7 +9,13 @@ tail the server keeps.
 
 The agent can be restarted without stopping its jobs: it keeps their pids in
 `<workdir>/agent-state.json`, adopts them again at start and lets the server
-decide whether they may go on.
+decide whether they may go on. Each job's first process is a small monitor
+(MONITOR below) that writes the command's exit status to a file, so an
+adopted job's exit code is known although it is not the new agent's child.
+
+Checkpoint times are file times on this host's clock; they are sent in the
+server's clock (the offset measured at each heartbeat), so a host whose clock
+is off does not move its jobs' checkpoints.
 """
 
 import argparse
@@ -30,6 +36,21 @@ from client.api import ApiError, Client, Unreachable
 log = logging.getLogger("allot-agent")
 TAIL_BYTES = 8000
 POLL_SECONDS = 0.2
+# The job's first process (its process group leader): runs the command, outlives an agent restart and
+# writes the command's exit status to a file. Signals to the group reach the command directly; the monitor
+# only waits (a Python handler, unlike SIG_IGN, is not inherited by the command). SIGKILL ends both: no file.
+MONITOR = """
+import os, signal, subprocess, sys
+exit_file, command = sys.argv[1], sys.argv[2]
+for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    signal.signal(signum, lambda *_: None)
+code = subprocess.call(["/bin/sh", "-c", command])
+code = code if code >= 0 else 128 - code
+with open(exit_file + ".tmp", "w") as handle:
+    handle.write(str(code))
+os.replace(exit_file + ".tmp", exit_file)
+sys.exit(code)
+"""
 
 
 @dataclass
@@ -41,11 +62,12 @@ class Process:
     output: str
     checkpoint_file: str
     started_at: float
-    exit_code: int | None = None  # None after it ended: unknown (it ended while no agent watched it)
+    exit_code: int | None = None  # None after it ended: unknown (killed with its monitor)
     ended: bool = False
     stop_deadline: float | None = None  # monotonic time at which SIGKILL falls
     killed: bool = False
     reported_exit: bool = False
+    exit_file: str = ""  # written by MONITOR when the command ends
     popen: subprocess.Popen | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -61,13 +83,11 @@ class Process:
                 return True
             self.exit_code = code if code >= 0 else 128 - code  # killed by signal N → 128 + N
         else:
-            try:  # adopted after a restart: not our child, so its exit code cannot be read
-                os.kill(self.pid, 0)
+            # Adopted after a restart: not our child, so its monitor's file tells how it ended.
+            code = read_exit_file(self.exit_file)
+            if code is None and pid_running(self.pid):
                 return True
-            except ProcessLookupError:
-                pass
-            except PermissionError:
-                return True
+            self.exit_code = code
         self.ended = True
         return False
 
@@ -76,6 +96,29 @@ class Process:
             os.killpg(self.pid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def pid_running(pid: int) -> bool:
+    """A live process, not a zombie: an orphan whose new parent does not reap it (a container's
+    init that is not an init) stays a zombie, and signal 0 still reaches it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc (not Linux): signal 0 is all we know
+
+
+def read_exit_file(path: str) -> int | None:
+    try:
+        return int(Path(path).read_text().strip()) if path else None
+    except (OSError, ValueError):
+        return None
 
 
 def detect_gpus(configured: list[int] | None) -> tuple[list[dict], list[dict]]:
@@ -100,6 +143,44 @@ def detect_gpus(configured: list[int] | None) -> tuple[list[dict], list[dict]]:
         return [{"index": index, "health": "ok"} for index in configured], []
 
 
+def cuda_visible_devices(assignment: dict) -> str:
+    """CUDA_VISIBLE_DEVICES for an assignment.
+
+    Whole GPUs and fractions: the GPU indices ("0,1"). A MIG job: its
+    instances ("mig" in the assignment). With NVML on the host each is the
+    instance's real UUID, ``MIG-<uuid>`` (found by GPU index and start slot,
+    `mig_uuid`); without NVML, or when NVML does not show that instance, the
+    stable id the server sends, ``MIG-<host>-<gpu index>-<start slot>``:
+    what tests and hosts without GPUs see, which CUDA itself would not know.
+    """
+    instances = assignment.get("mig") or []
+    if not instances:
+        return ",".join(str(index) for index in assignment["gpus"])
+    return ",".join(mig_uuid(instance["gpu"], instance["start"]) or instance["id"] for instance in instances)
+
+
+def mig_uuid(gpu_index: int, start: int) -> str | None:
+    """The UUID (``MIG-…``) of the MIG instance starting at memory slice `start` of GPU `gpu_index`, via NVML."""
+    try:
+        import pynvml  # noqa: PLC0415 - optional, only on GPU machines
+
+        pynvml.nvmlInit()
+        device = pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
+        for position in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(device)):
+            try:
+                mig_device = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(device, position)
+            except pynvml.NVMLError:
+                continue
+            instance = pynvml.nvmlDeviceGetGpuInstanceById(device, pynvml.nvmlDeviceGetGpuInstanceId(mig_device))
+            if pynvml.nvmlGpuInstanceGetInfo(instance).placement.start == start:
+                uuid = pynvml.nvmlDeviceGetUUID(mig_device)
+                uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+                return uuid if uuid.startswith("MIG-") else f"MIG-{uuid}"
+    except Exception:  # no NVML, no MIG, or an older driver: the stable id
+        return None
+    return None
+
+
 class Agent:
     def __init__(self, *, server: str, token: str, host: str, gpus: list[int] | None, workdir: Path,
                  address: str | None = None):
@@ -111,6 +192,7 @@ class Agent:
         self.address = address or socket.gethostname()
         self.processes: dict[tuple[int, int, int], Process] = {}
         self.interval = 5.0
+        self.clock_offset = 0.0  # server clock − this host's clock, seconds (from the last heartbeat)
         self.stopping = False
         self.state_file = workdir / "agent-state.json"
         self.adopt()
@@ -125,9 +207,14 @@ class Agent:
             return
         for entry in saved:
             process = Process(**entry)
+            # One that ended while no agent watched is kept too, so the next heartbeat reports its exit:
+            # otherwise the server would still count it running and assign it again, to run a second time.
+            self.processes[process.key] = process
             if process.alive():
-                self.processes[process.key] = process
                 log.info("adopted job %s rank %s (pid %s)", process.job, process.rank, process.pid)
+            else:
+                log.info("job %s rank %s ended while no agent watched (exit code %s); reporting it",
+                         process.job, process.rank, "unknown" if process.exit_code is None else process.exit_code)
 
     def save_state(self) -> None:
         saved = [f.name for f in fields(Process) if f.name != "popen"]
@@ -164,9 +251,13 @@ class Agent:
     def heartbeat(self) -> dict:
         gpus, events = detect_gpus(self.configured_gpus)
         reports = [self.report(process) for process in self.processes.values()]
+        sent = time.time()
         reply = self.client.post("agent/heartbeat/", {
             "host": self.host, "address": self.address, "gpus": gpus, "events": events, "processes": reports,
         })
+        if reply.get("server_time"):
+            midpoint = (sent + time.time()) / 2
+            self.clock_offset = datetime.fromisoformat(reply["server_time"]).timestamp() - midpoint
         self.interval = float(reply.get("heartbeat_interval", self.interval))
         for process in list(self.processes.values()):
             if process.ended and process.reported_exit:
@@ -190,7 +281,8 @@ class Agent:
         }
         try:
             mtime = os.stat(process.checkpoint_file).st_mtime
-            report["checkpoint_at"] = datetime.fromtimestamp(mtime, tz=UTC).isoformat()
+            # A file time on this host's clock, told in the server's.
+            report["checkpoint_at"] = datetime.fromtimestamp(mtime + self.clock_offset, tz=UTC).isoformat()
         except OSError:
             pass
         return report
@@ -202,10 +294,12 @@ class Agent:
         directory = self.workdir / f"job-{job}" / f"run-{run}"
         directory.mkdir(parents=True, exist_ok=True)
         output = directory / f"rank-{rank}.log"
+        exit_file = directory / f"rank-{rank}.exit"
+        exit_file.unlink(missing_ok=True)
         checkpoint = self.workdir / f"job-{job}" / "checkpoint"
         env = {
             **os.environ,
-            "CUDA_VISIBLE_DEVICES": ",".join(str(index) for index in assignment["gpus"]),
+            "CUDA_VISIBLE_DEVICES": cuda_visible_devices(assignment),
             "ALLOT_JOB_ID": str(job),
             "ALLOT_RANK": str(rank),
             "ALLOT_WORLD_SIZE": str(assignment["world_size"]),
@@ -220,11 +314,12 @@ class Agent:
         }
         with open(output, "ab") as handle:
             popen = subprocess.Popen(
-                ["/bin/sh", "-c", assignment["command"]], cwd=directory, env=env, stdout=handle,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                [sys.executable, "-c", MONITOR, str(exit_file), assignment["command"]], cwd=directory, env=env,
+                stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
         process = Process(job=job, run=run, rank=rank, pid=popen.pid, output=str(output),
-                          checkpoint_file=str(checkpoint), started_at=time.time(), popen=popen)
+                          checkpoint_file=str(checkpoint), started_at=time.time(), exit_file=str(exit_file),
+                          popen=popen)
         self.processes[process.key] = process
         log.info("started job %s run %s rank %s on GPUs %s (pid %s)", job, run, rank, assignment["gpus"], popen.pid)
         return process

@@ -12,7 +12,7 @@ from scheduler.choices import LIVE_STATES, JobState
 from scheduler.models import Job, JobProcess
 from scheduler.services import job_end_run
 from topology.choices import GpuHealth, HostState
-from topology.models import AWAITING_AGENT_REASON, Gpu, Host, HostEvent
+from topology.models import AWAITING_AGENT_REASON, Gpu, Host, HostEvent, MigInstance
 from topology.services import host_health_action, record_xid
 
 log = logging.getLogger(__name__)
@@ -52,7 +52,9 @@ def master_port(job_id: int) -> int:
 def agent_heartbeat(beat: Heartbeat, *, now: datetime | None = None) -> dict:
     """Record what the agent reports; answer with the work it should run and the work it should stop."""
     now = now or timezone.now()
-    host = Host.objects.select_for_update().select_related("domain__cluster").get(pk=beat.host.pk)
+    # The host's row only (`of`): PostgreSQL would otherwise lock the joined domain and cluster rows too, and
+    # every heartbeat of the cluster would wait for the one before it to commit.
+    host = Host.objects.select_for_update(of=("self",)).select_related("domain__cluster").get(pk=beat.host.pk)
     updates = {"last_heartbeat_at": now}
     if beat.address:
         updates["address"] = beat.address
@@ -60,20 +62,19 @@ def agent_heartbeat(beat: Heartbeat, *, now: datetime | None = None) -> dict:
     if host.state == HostState.DOWN and host.state_reason.startswith(RETURNS_ON_HEARTBEAT):
         host.set_state(HostState.UP, actor=AGENT, reason="its agent reports again", at=now)
     _record_health(host, beat, now)
-    for report in beat.processes:
-        _record_process(host, report, now)
+    _record_processes(host, beat.processes, now)
     return heartbeat_reply(host, now=now, reported=beat.processes)
 
 
 def _record_health(host: Host, beat: Heartbeat, now: datetime) -> None:
     """Keep GPU health and XID events, then apply the cluster's health policy (topology/health.py)."""
     reported = {int(gpu["index"]): gpu.get("health", GpuHealth.OK) for gpu in beat.gpus if "index" in gpu}
-    for gpu in Gpu.objects.filter(host=host):
-        health = reported.get(gpu.index)
-        if health in GpuHealth.values and health != gpu.health:
-            Gpu.objects.filter(pk=gpu.pk).update(health=health)
+    for gpu_pk, index, known in Gpu.objects.filter(host=host).values_list("pk", "index", "health"):
+        health = reported.get(index)
+        if health in GpuHealth.values and health != known:
+            Gpu.objects.filter(pk=gpu_pk).update(health=health)
             HostEvent.objects.create(host=host, at=now, kind=HostEvent.Kind.INVENTORY, actor=AGENT,
-                                     detail=f"GPU {gpu.index} reported {health}")
+                                     detail=f"GPU {index} reported {health}")
     policy = host.domain.cluster.health
     actions: list[tuple[str, str]] = []  # (action, reason), in the order the events came
     for event in beat.events:
@@ -105,6 +106,38 @@ def _record_visible_gpus(host: Host, visible: set[int], now: datetime, action: s
     actions.append((action, reason))
 
 
+def _record_processes(host: Host, reports: list[ProcessReport], now: datetime) -> None:
+    """Record what the host's processes did. The common case, a process that runs on as it did at the last
+    heartbeat, costs nothing per process: its rows are read together and its output written in one update.
+    Anything else (it started, it exited, its job waits for other ranks) goes through `_record_process`."""
+    if not reports:
+        return
+    job_ids = {report.job for report in reports}
+    processes = {(p.job_id, p.run, p.rank): p for p in JobProcess.objects.filter(host=host, job_id__in=job_ids)}
+    jobs = Job.objects.only("state", "restarts", "last_checkpoint_at").in_bulk(job_ids)
+    steady, checkpoints = [], {}
+    for report in reports:
+        process = processes.get((report.job, report.run, report.rank))
+        job = jobs.get(report.job)
+        if (process is None or job is None or report.state != "running" or process.state != JobProcess.State.RUNNING
+                or job.state not in (JobState.RUNNING, JobState.PREEMPTING) or job.restarts != report.run):
+            _record_process(host, report, now)
+            continue
+        changed = False
+        if report.output_tail is not None and process.output_tail != report.output_tail[-OUTPUT_TAIL_CHARS:]:
+            process.output_tail, changed = report.output_tail[-OUTPUT_TAIL_CHARS:], True
+        if report.pid is not None and process.pid != report.pid:
+            process.pid, changed = report.pid, True
+        if changed:
+            steady.append(process)
+        if report.checkpoint_at and (job.last_checkpoint_at is None or report.checkpoint_at > job.last_checkpoint_at):
+            checkpoints[job.pk] = min(report.checkpoint_at, now)
+    if steady:
+        JobProcess.objects.bulk_update(steady, ["output_tail", "pid"])
+    for job_pk, at in checkpoints.items():
+        Job.objects.filter(pk=job_pk).update(last_checkpoint_at=at)
+
+
 def _record_process(host: Host, report: ProcessReport, now: datetime) -> None:
     process = JobProcess.objects.filter(job_id=report.job, run=report.run, rank=report.rank, host=host).first()
     if process is None or process.state in (JobProcess.State.EXITED, JobProcess.State.LOST):
@@ -127,7 +160,8 @@ def _record_process(host: Host, report: ProcessReport, now: datetime) -> None:
         return
     ranks = JobProcess.objects.filter(job=job, run=job.restarts)
     if report.state == "running":
-        if not ranks.exclude(state=JobProcess.State.RUNNING).exists():
+        # Only a starting job moves; a running one costs no more queries, heartbeat after heartbeat.
+        if job.state == JobState.STARTING and not ranks.exclude(state=JobProcess.State.RUNNING).exists():
             Job.objects.filter(pk=job.pk, state=JobState.STARTING).update(state=JobState.RUNNING)
         return
     if report.exit_code not in (0, None) and not job.stop_cause:
@@ -155,11 +189,8 @@ def heartbeat_reply(host: Host, *, now: datetime, reported=()) -> dict:
     assignments, stops = [], []
     job_ids = [p.job_id for p in current]
     rank_zero = _rank_zero_addresses(job_ids)
-    gpus_by_job = _gpu_indices(host, job_ids)
-    world_sizes = dict(
-        JobProcess.objects.filter(job_id__in=job_ids, run=F("job__restarts"))
-        .values("job_id").annotate(ranks=Count("id")).values_list("job_id", "ranks")
-    )
+    gpus_by_job, mig_by_job = _gpu_indices(host, job_ids)
+    world_sizes = _world_sizes(job_ids)
     for process in current:
         job = process.job
         if job.stop_cause:
@@ -173,6 +204,8 @@ def heartbeat_reply(host: Host, *, now: datetime, reported=()) -> dict:
             "master_addr": rank_zero.get(job.pk) or host.address or host.name, "master_port": master_port(job.pk),
             "restarts": job.restarts, "grace": cluster.grace_period_seconds if job.allocated
             else cluster.unallocated_grace_seconds,
+            # MIG jobs: the instances to expose instead of whole GPUs (client/agent.py resolves their UUIDs).
+            "mig": mig_by_job.get(job.pk, []),
         })
     # Anything the agent runs that the server no longer wants (an old run, an ended job) stops now.
     wanted = {(p.job_id, p.run, p.rank) for p in current}
@@ -181,26 +214,48 @@ def heartbeat_reply(host: Host, *, now: datetime, reported=()) -> dict:
             stops.append({"job": report.job, "run": report.run, "rank": report.rank, "grace": 0.0,
                           "cause": "not assigned to this host any more"})
     return {
-        "host": host.name, "state": Host.objects.values_list("state", flat=True).get(pk=host.pk),
+        "host": host.name, "state": host.state,  # as the heartbeat left it (its changes keep `host` current)
         "heartbeat_interval": max(1, min(10, cluster.heartbeat_timeout_seconds // 6)),
         "assignments": assignments, "stops": stops,
+        # The agent tells its checkpoint times in this clock, whatever its own says.
+        "server_time": now.isoformat(),
     }
 
 
+def _world_sizes(job_ids) -> dict[int, int]:
+    if not job_ids:  # an idle host: no query (most hosts of a busy cluster are not idle, most of a quiet one are)
+        return {}
+    return dict(
+        JobProcess.objects.filter(job_id__in=job_ids, run=F("job__restarts"))
+        .values("job_id").annotate(ranks=Count("id")).values_list("job_id", "ranks")
+    )
+
+
 def _rank_zero_addresses(job_ids) -> dict[int, str]:
+    if not job_ids:
+        return {}
     rows = JobProcess.objects.filter(job_id__in=job_ids, rank=0).values_list("job_id", "run", "job__restarts",
                                                                             "host__address", "host__name")
     return {job_id: address or name for job_id, run, restarts, address, name in rows if run == restarts}
 
 
-def _gpu_indices(host: Host, job_ids) -> dict[int, list[int]]:
+def _gpu_indices(host: Host, job_ids) -> tuple[dict[int, list[int]], dict[int, list[dict]]]:
+    """Job id → the indices of its GPUs on the host, and → its MIG instances there (one query)."""
     from scheduler.models import GpuAssignment
 
     indices: dict[int, list[int]] = {}
-    for job_id, index in (
+    instances: dict[int, list[dict]] = {}
+    if not job_ids:
+        return indices, instances
+    for job_id, index, profile, start in (
         GpuAssignment.objects.filter(job_id__in=job_ids, gpu__host=host, released_at__isnull=True)
-        .order_by("gpu__index").values_list("job_id", "gpu__index")
+        .order_by("gpu__index").values_list("job_id", "gpu__index", "mig_instance__profile", "mig_instance__start")
     ):
         indices.setdefault(job_id, []).append(index)
-    return indices
+        if profile:
+            instances.setdefault(job_id, []).append({
+                "gpu": index, "profile": profile, "start": start,
+                "id": MigInstance.stable_id(host.name, index, start),
+            })
+    return indices, instances
 

@@ -9,6 +9,7 @@ and stop the moment they are asked to.
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Exists, OuterRef, Q
 
 from scheduler.choices import LIVE_STATES
@@ -67,13 +68,19 @@ def advance_simulated(cluster, *, now: datetime) -> int:
     for job in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).order_by("pk"):
         elapsed = (now - job.run_started_at).total_seconds() * speed if job.run_started_at else 0
         needed = job.simulated_duration or default_duration(job)
+        # The end of the run and its work are one change, made only by the writer that ended the run:
+        # a scheduler killed between the two would otherwise count the run's work again at the next tick.
         if job.stop_cause:
             # Resumes exactly where it stopped (no checkpoint interval in the demo).
-            Job.objects.filter(pk=job.pk).update(work_done=min(needed, job.work_done + elapsed))
-            ended += job_end_run(job=job, outcome="stopped", at=now, actor=EXECUTOR) is not None
+            with transaction.atomic():
+                if job_end_run(job=job, outcome="stopped", at=now, actor=EXECUTOR) is not None:
+                    Job.objects.filter(pk=job.pk).update(work_done=min(needed, job.work_done + elapsed))
+                    ended += 1
         elif job.work_done + elapsed >= needed:
-            Job.objects.filter(pk=job.pk).update(work_done=needed)
-            ended += job_end_run(job=job, outcome="exited", exit_code=0, at=now, actor=EXECUTOR) is not None
+            with transaction.atomic():
+                if job_end_run(job=job, outcome="exited", exit_code=0, at=now, actor=EXECUTOR) is not None:
+                    Job.objects.filter(pk=job.pk).update(work_done=needed)
+                    ended += 1
     return ended
 
 

@@ -7,7 +7,12 @@ well, so schedulers on several machines see who leads; when Redis is out of
 reach the leader carries on under the database lock alone and says so.
 
 Every lock is held while its holder lives: a killed leader's connection or
-file descriptor closes and a standby takes over on its next attempt.
+file descriptor closes and a standby takes over on its next attempt. The
+database lock decides: whoever holds it takes the Redis lease over from a
+holder that died with its lease still running, instead of waiting it out.
+
+`status` says where this scheduler stands in words an operator can act on;
+it is logged when it changes and written on every tick record.
 """
 
 import fcntl
@@ -34,33 +39,45 @@ def _lock_key(name: str) -> int:
 
 
 class PostgresLock:
+    """A session advisory lock on a connection of its own. A standby keeps its connection between attempts
+    (one cheap query a poll, not a new session); any error closes it, and the next attempt connects again."""
+
     def __init__(self, name: str):
         self.key = _lock_key(name)
         self.conn = None
+        self.held = False
+        self.error = None  # why the last attempt could not even ask (the server is unreachable)
 
     def acquire(self) -> bool:
         import psycopg
 
-        if self.conn is not None and not self.conn.closed:
-            return self.still_held()
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        params.pop("context", None)
-        try:
-            self.conn = psycopg.connect(**params, autocommit=True, connect_timeout=5)
-            got = self.conn.execute("SELECT pg_try_advisory_lock(%s)", [self.key]).fetchone()[0]
-        except psycopg.Error as error:
-            log.warning("leader lock: PostgreSQL unreachable (%s)", error)
-            self.release()
-            return False
-        if not got:
-            self.release()
-        return bool(got)
+        self.error = None
+        if self.still_held():
+            return True
+        # Never held, or its session died with the server (a restart): ask again, on the session a standby
+        # keeps, or on a new one when that one is gone too.
+        for fresh in (False, True):
+            try:
+                if fresh or self.conn is None or self.conn.closed:
+                    fresh = True
+                    self.release()
+                    params = connection.get_connection_params()
+                    params.pop("cursor_factory", None)
+                    params.pop("context", None)
+                    self.conn = psycopg.connect(**params, autocommit=True, connect_timeout=5)
+                self.held = bool(self.conn.execute("SELECT pg_try_advisory_lock(%s)", [self.key]).fetchone()[0])
+                return self.held
+            except psycopg.Error as error:
+                self.release()
+                if fresh:
+                    self.error = f"PostgreSQL unreachable ({error.__class__.__name__})"
+                    return False
+        return False
 
     def still_held(self) -> bool:
         import psycopg
 
-        if self.conn is None or self.conn.closed:
+        if not self.held or self.conn is None or self.conn.closed:
             return False
         try:
             self.conn.execute("SELECT 1")
@@ -70,6 +87,7 @@ class PostgresLock:
             return False
 
     def release(self) -> None:
+        self.held = False
         if self.conn is not None:
             try:
                 self.conn.close()  # closing the session releases the advisory lock
@@ -82,6 +100,7 @@ class FileLock:
         database = Path(settings.DATABASES["default"]["NAME"])
         self.path = database.with_name(f"{database.name}.{name}.lock")
         self.handle = None
+        self.error = None
 
     def acquire(self) -> bool:
         if self.handle is not None:
@@ -132,6 +151,11 @@ class RedisLease:
             return True
         return bool(self.client.eval(self.RENEW, 1, self.key, self.token, self.ttl_ms))
 
+    def take_over(self) -> str | None:
+        """Hold the lease whoever held it; returns the previous holder (for the log)."""
+        previous = self.client.set(self.key, self.token, px=self.ttl_ms, get=True)
+        return previous.decode() if previous else None
+
     def holder(self) -> str | None:
         value = self.client.get(self.key)
         return value.decode() if value else None
@@ -155,22 +179,34 @@ class Leadership:
 
     def acquire(self) -> bool:
         if not self.database_lock.acquire():
-            self.status = "standby: another scheduler holds the database lock"
+            if self.database_lock.error:
+                self._set_status(f"paused: {self.database_lock.error}; retrying every tick")
+            else:
+                self._set_status("standby: another scheduler holds the database lock")
             return False
         if self.lease is not None:
             import redis
 
             try:
                 if not self.lease.acquire():
-                    self.status = f"standby: {self.lease.holder()} holds the Redis lease"
-                    self.database_lock.release()
-                    return False
+                    # We hold the database lock, so the lease's holder cannot be ticking: it died (or
+                    # lost its database) with its lease still running. Take it over rather than wait.
+                    previous = self.lease.take_over()
+                    log.warning("leader: took the Redis lease over from %s, whose database lock is gone",
+                                previous)
             except redis.RedisError as error:
-                self.status = f"leading on the database lock alone: Redis unreachable ({error.__class__.__name__})"
-                log.warning("leader: %s", self.status)
+                self._set_status(
+                    f"leading on the database lock alone: Redis unreachable ({error.__class__.__name__})"
+                )
                 return True
-        self.status = "leading"
+        self._set_status("leading")
         return True
+
+    def _set_status(self, status: str) -> None:
+        if status != self.status:
+            (log.info if status == "leading" or status.startswith("standby") else log.warning)(
+                "scheduler %s: %s", holder_name(), status)
+        self.status = status
 
     def release(self) -> None:
         if self.lease is not None:

@@ -12,22 +12,31 @@ log = logging.getLogger(__name__)
 
 
 def tick_all(leadership: Leadership, *, clusters=None) -> list[TickResult]:
-    """Tick every cluster (or the named ones) if this process leads; [] if it stands by."""
+    """Tick every cluster (or the named ones) if this process leads; [] if it stands by.
+
+    A database that goes away (PostgreSQL restarting, SQLite busy) costs the
+    ticks it interrupts, never the loop: the next call starts afresh.
+    """
     if not leadership.acquire():
         log.debug("scheduler: %s", leadership.status)
         return []
+    # Who ticked and under which lock, for the tick record ("host:pid (leading on the database lock alone…)").
+    leader = f"{holder_name()} ({leadership.status})"[:200]
     results = []
-    queryset = Cluster.objects.order_by("name")
-    if clusters:
-        queryset = queryset.filter(name__in=clusters)
-    for cluster in queryset:
-        try:
-            results.append(run_tick(cluster, leader=holder_name()))
-        except DatabaseError as error:
-            # PostgreSQL restarting, SQLite busy: this tick is lost, the next one starts afresh.
-            log.error("tick on %s failed: %s", cluster.name, error)
-            close_old_connections()
-    run_housekeeping()
+    try:
+        queryset = Cluster.objects.order_by("name")
+        if clusters:
+            queryset = queryset.filter(name__in=clusters)
+        for cluster in list(queryset):
+            try:
+                results.append(run_tick(cluster, leader=leader))
+            except DatabaseError as error:
+                log.error("tick on %s failed: %s", cluster.name, error)
+                close_old_connections()
+        run_housekeeping()
+    except DatabaseError as error:
+        log.error("scheduler: database unavailable: %s", error)
+        close_old_connections()
     return results
 
 

@@ -75,7 +75,8 @@ def clean_reason(reason) -> str:
 
 def _act(action: str, *, host: Host, actor, reason: str, at: datetime | None) -> HostActionResult:
     reason = clean_reason(reason)
-    host = Host.objects.select_for_update().select_related("domain__cluster").get(pk=host.pk)
+    # The host's row only: joined rows would lock the cluster too and serialize every host action with it.
+    host = Host.objects.select_for_update(of=("self",)).select_related("domain__cluster").get(pk=host.pk)
     allowed, target = TRANSITIONS[action]
     if host.state in ALREADY[action]:
         return HostActionResult(host, False, f"{host.name} is already {host.state}; nothing changed")

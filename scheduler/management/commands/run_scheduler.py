@@ -4,11 +4,15 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django.db import DatabaseError, close_old_connections
 
 from scheduler.leader import Leadership
 from scheduler.loop import tick_all
 
 log = logging.getLogger(__name__)
+# A scheduler that does not lead asks for the lock this often (or every interval, if shorter): a standby
+# takes over within about a second of the leader's death, whatever the tick interval.
+STANDBY_POLL_SECONDS = 1.0
 
 
 class Command(BaseCommand):
@@ -42,14 +46,22 @@ class Command(BaseCommand):
 
             load = DemoLoad(faults=True)
         last_status = None
+        leading = False
         try:
             while not stopping:
                 began = time.monotonic()
-                if load is not None:
-                    load.step()
+                # Only the leader submits the demo's workload (its first pass, before it knows, too).
+                if load is not None and (leading or last_status is None):
+                    try:
+                        load.step()
+                    except DatabaseError as error:  # the database is away: the tick below says so
+                        log.error("demo load: %s", error)
+                        close_old_connections()
                 results = tick_all(leadership, clusters=cluster)
+                leading = leadership.status.startswith("leading")
                 if leadership.status != last_status:
                     self.stdout.write(f"scheduler: {leadership.status}")
+                    self.stdout.flush()
                     last_status = leadership.status
                 for result in results:
                     if result.started or result.preempted:
@@ -57,6 +69,7 @@ class Command(BaseCommand):
                                  result.started, result.preempted, result.pending, result.running)
                 if once:
                     break
-                time.sleep(max(0.0, interval - (time.monotonic() - began)))
+                pause = interval if leading else min(interval, STANDBY_POLL_SECONDS)
+                time.sleep(max(0.0, pause - (time.monotonic() - began)))
         finally:
             leadership.release()
