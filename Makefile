@@ -46,6 +46,7 @@ run: install
 	$(RUN_ENV) $(PY) manage.py runserver --noreload $(HOST):$(PORT)
 
 test: install-test
+	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
