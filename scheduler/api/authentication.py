@@ -1,5 +1,6 @@
 """Agents authenticate with their host's token: `Authorization: Agent <key>`."""
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from topology.models import AgentToken
@@ -49,3 +50,14 @@ class IsAgent(permissions.BasePermission):
     def has_permission(self, request, view):
         return isinstance(request.user, AgentPrincipal)
 
+
+
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    """Documents the agents' scheme in the OpenAPI schema (`Authorization: Agent <key>`)."""
+
+    target_class = "scheduler.api.authentication.AgentTokenAuthentication"
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema):
+        return {"type": "apiKey", "in": "header", "name": "Authorization",
+                "description": "`Agent <key>`: the host's token from `manage.py agent_token HOST`."}

@@ -56,3 +56,19 @@ def test_production_settings_refuse_to_start_without_a_secret(tmp_path):
         cwd=Path(__file__).resolve().parents[2],
     )
     assert result.returncode != 0 and "SECRET_KEY must be set" in result.stderr
+
+
+@pytest.mark.parametrize("https", ["0", "1"])
+def test_behind_a_tls_proxy_cookies_are_secure_and_hsts_is_on(tmp_path, https):
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "DJANGO_SETTINGS_MODULE": "config.settings", "SECRET_KEY": "x" * 60,
+           "DATABASE_URL": f"sqlite:///{tmp_path}/x.sqlite3", "ALLOT_HTTPS": https}
+    code = ("import django; django.setup(); from django.conf import settings as s; "
+            "print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, s.SECURE_PROXY_SSL_HEADER)")
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    expected = ("True True 3600 ('HTTP_X_FORWARDED_PROTO', 'https')" if https == "1" else "False False 0 None")
+    assert result.stdout.strip() == expected
