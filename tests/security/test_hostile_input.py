@@ -100,3 +100,17 @@ def test_out_of_range_pages_are_answered_not_failed(demo, api, query, whole):
     body = response.json()
     assert body["count"] > 0
     assert len(body["results"]) == (body["count"] if whole else 0)
+
+
+@pytest.mark.parametrize(("body", "kind", "field"), [
+    ({"unit": "ol\x00mo", "cluster": "gb200-east", "share": 60, "justification": "x"}, "json", "unit"),
+    ({"unit": "ol\x00mo", "cluster": "gb200-east", "share": 60, "justification": "x"}, "multipart", "unit"),
+    ({"cluster": "gb200-east", "project": "olmo", "gpus": 1, "min_runtime": 60, "resumable": False,
+      "command": "x", "env": {"A\x00": "1"}}, "json", "env.A\\0"),
+])
+def test_nul_bytes_in_bodies_are_refused_with_the_field_named(demo, api, body, kind, field):
+    path = "/api/v1/budget-requests/" if "unit" in body else "/api/v1/jobs/"
+    response = api.as_user(get_user("alice")).post(path, body, format=kind)
+    assert response.status_code == 400
+    assert "Null characters are not allowed" in " ".join(response.json()[field])
+    assert not Job.objects.exists()
