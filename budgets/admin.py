@@ -3,6 +3,19 @@ from django.contrib import admin
 from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, WhatIf
 
 
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records changed only through the services, where the rules are checked and the change is recorded."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class MembershipInline(admin.TabularInline):
     model = Membership
     extra = 0
@@ -23,41 +36,23 @@ class MembershipAdmin(admin.ModelAdmin):
 
 
 @admin.register(Allocation)
-class AllocationAdmin(admin.ModelAdmin):
+class AllocationAdmin(ReadOnlyAdmin):
     """Shares are read here; change them through the budget pages so the ledger records who and why."""
 
     list_display = ["unit", "cluster", "share_percent", "valid_from", "valid_to", "temporary", "budget_request"]
     list_filter = ["cluster", "temporary"]
     search_fields = ["unit__name"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(AllocationChange)
-class AllocationChangeAdmin(admin.ModelAdmin):
+class AllocationChangeAdmin(ReadOnlyAdmin):
     list_display = ["at", "unit", "cluster", "before_percent", "after_percent", "actor", "source", "reason"]
     list_filter = ["source", "cluster"]
     search_fields = ["unit__name", "actor", "reason"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(BudgetRequest)
-class BudgetRequestAdmin(admin.ModelAdmin):
+class BudgetRequestAdmin(ReadOnlyAdmin):
     """Read here; requests are filed and decided on the budget pages, where the rules are checked."""
 
     list_display = ["pk", "unit", "cluster", "requested_by", "requested_percent", "status", "granted_percent",
@@ -65,29 +60,11 @@ class BudgetRequestAdmin(admin.ModelAdmin):
     list_filter = ["status", "cluster"]
     search_fields = ["unit__name", "requested_by__username", "justification", "comment"]
 
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(WhatIf)
-class WhatIfAdmin(admin.ModelAdmin):
+class WhatIfAdmin(ReadOnlyAdmin):
     """Read here; what-ifs are run from a request's page or the API."""
 
     list_display = ["pk", "budget_request", "share_percent", "status", "requested_by", "created_at", "finished_at"]
     list_filter = ["status"]
     search_fields = ["budget_request__unit__name", "requested_by__username", "error"]
-
-    def has_add_permission(self, request):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False

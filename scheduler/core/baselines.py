@@ -35,6 +35,7 @@ import math
 from .capacity import Capacity, HostState
 from .drains import drain_progress, jobs_leaving
 from .engine import collector_paused
+from .fairshare import share_of_cluster
 from .model import (
     DOMAIN,
     RUNNING,
@@ -48,7 +49,6 @@ from .model import (
     RunningJob,
     Snapshot,
     Start,
-    Unit,
 )
 from .reasons import need
 from .reservation import grace_for
@@ -67,16 +67,22 @@ def node_level(snapshot: Snapshot, *, now: float, policy: Policy) -> Decisions:
                                     name="node-level placement")
 
 
-def _in_submission_order(snapshot: Snapshot, now: float, policy: Policy, *, order, name: str) -> Decisions:
+def _open_hosts(snapshot: Snapshot, now: float, policy: Policy):
+    """The capacity, the jobs rule 7 sends away, and the hosts that take new jobs (earmarks mean nothing to a
+    baseline: their GPUs are free again)."""
     capacity = Capacity(snapshot.topology, snapshot.running, snapshot.pending, now)
     forced, leave_at = jobs_leaving(snapshot.running, capacity, now=now, policy=policy)
-    # Hosts that take new jobs; earmarks mean nothing to a baseline.
     hosts = [h for h in capacity.hosts.values() if h.state == UP and h.gpu_count]
     for host in hosts:
         for gpus in host.earmarked.values():
             host.free.extend(gpus)
         host.earmarked.clear()
         host.free.sort(key=capacity.gpu_position.__getitem__)
+    return capacity, forced, leave_at, hosts
+
+
+def _in_submission_order(snapshot: Snapshot, now: float, policy: Policy, *, order, name: str) -> Decisions:
+    capacity, forced, leave_at, hosts = _open_hosts(snapshot, now, policy)
     with_room = sorted((h for h in hosts if h.free), key=order)
     largest_host = max((h.gpu_count for h in hosts), default=0)
     free = sum(len(h.free) for h in with_room)
@@ -182,29 +188,8 @@ def level(job: PendingJob | RunningJob) -> int:
     return HIGH if job.min_runtime > 0 else LOW
 
 
-def share_of_cluster(units: tuple[Unit, ...]) -> dict[str, float]:
-    """Unit -> product of its shares down the tree (0..1)."""
-    by_name = {unit.name: unit for unit in units}
-    result: dict[str, float] = {}
-    for unit in units:
-        share, node, seen = 1.0, unit, set()
-        while node is not None and node.name not in seen:
-            seen.add(node.name)
-            share *= (node.share or 0.0) / 100
-            node = by_name.get(node.parent) if node.parent else None
-        result[unit.name] = share
-    return result
-
-
 def _priority_levels(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
-    capacity = Capacity(snapshot.topology, snapshot.running, snapshot.pending, now)
-    forced, leave_at = jobs_leaving(snapshot.running, capacity, now=now, policy=policy)
-    hosts = [h for h in capacity.hosts.values() if h.state == UP and h.gpu_count]
-    for host in hosts:
-        for gpus in host.earmarked.values():
-            host.free.extend(gpus)
-        host.earmarked.clear()
-        host.free.sort(key=capacity.gpu_position.__getitem__)
+    capacity, forced, leave_at, hosts = _open_hosts(snapshot, now, policy)
     hosts.sort(key=lambda h: h.name)
     largest_host = max((h.gpu_count for h in hosts), default=0)
     healthy = sum(h.gpu_count for h in hosts)

@@ -240,3 +240,20 @@ class FairShareWalk:
             yield from queue
             queue.clear()
             self._current = None
+
+
+def share_of_cluster(units: tuple[Unit, ...]) -> dict[str, float]:
+    """Unit -> product of its shares down the tree (0..1); 0 where any share on the path is missing."""
+    by_name = {unit.name: unit for unit in units}
+    result: dict[str, float] = {}
+
+    def share(name: str) -> float:
+        if name not in result:
+            unit = by_name[name]
+            own = (unit.share or 0.0) / 100
+            result[name] = own * (share(unit.parent) if unit.parent in by_name else 1.0)
+        return result[name]
+
+    for unit in units:
+        share(unit.name)
+    return result

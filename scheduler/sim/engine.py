@@ -44,10 +44,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from scheduler.core import model as core
-from scheduler.core.fairshare import UnitTree, gpu_amount, sides_at_common_ancestor
+from scheduler.core.fairshare import UnitTree, gpu_amount, share_of_cluster, sides_at_common_ancestor
 
 from .faults import Fault
-from .inputs import Cluster, share_of_cluster
+from .inputs import Cluster
 from .measures import Tracker, job_class
 from .workload import SimJob
 

@@ -88,23 +88,6 @@ def projects_of(units: tuple[core.Unit, ...]) -> set[str]:
     return {unit.name for unit in units if unit.name not in parents}
 
 
-def share_of_cluster(units: tuple[core.Unit, ...]) -> dict[str, float]:
-    """Unit -> product of its shares down the tree (0..1); 0 where any share on the path is missing."""
-    by_name = {unit.name: unit for unit in units}
-    result: dict[str, float] = {}
-
-    def share(name: str) -> float:
-        if name not in result:
-            unit = by_name[name]
-            own = (unit.share or 0.0) / 100
-            result[name] = own * (share(unit.parent) if unit.parent in by_name else 1.0)
-        return result[name]
-
-    for unit in units:
-        share(unit.name)
-    return result
-
-
 def check_jobs(jobs: list[SimJob], cluster: Cluster, units: tuple[core.Unit, ...]) -> None:
     """What the API would refuse at submission (DESIGN §7), named by row and column; raise WorkloadError."""
     problems: list[str] = []

@@ -36,10 +36,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from scheduler.core.fairshare import share_of_cluster
 from scheduler.core.measures import FRAGMENTATION_SIZES
 from scheduler.core.model import UP, WHOLE_GPU_MILLI, Topology
-
-from .inputs import share_of_cluster
 
 HOUR = 3600.0
 DEBUG_MAX_MIN_RUNTIME = 15 * 60
