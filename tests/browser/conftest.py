@@ -4,12 +4,15 @@ Every test records the requests the page makes; none may leave 127.0.0.1.
 """
 
 import os
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
 
 CHROMIUM = os.environ.get("ALLOT_CHROMIUM", "/usr/bin/chromium")
 LOCAL_HOSTS = {"127.0.0.1", "localhost"}
+# ALLOT_SHOTS=/some/dir saves a screenshot of each step a test names.
+SHOTS = os.environ.get("ALLOT_SHOTS")
 # Django's async-unsafe check trips on Playwright's event loop in the test thread.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
@@ -53,6 +56,16 @@ class Visit:
         self.page.fill("#id_password", password)
         self.page.click("button[type=submit]")
         self.page.wait_for_url(lambda url: "/login/" not in url)
+
+    def switch_user(self, username):
+        self.page.click("button:has-text('Log out')")
+        self.page.wait_for_url("**/login/")
+        self.login(username)
+
+    def shot(self, name):
+        if SHOTS:
+            Path(SHOTS).mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
 
     def external_requests(self) -> list[str]:
         return [

@@ -3,29 +3,12 @@
 Set ALLOT_SHOTS=/some/dir to save screenshots of each step.
 """
 
-import os
-from pathlib import Path
 
 import pytest
 
 from budgets.models import Allocation
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-SHOTS = os.environ.get("ALLOT_SHOTS")
-
-
-def shot(visit, name):
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        visit.page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
-
-
-def switch_user(visit, username):
-    visit.page.click("button:has-text('Log out')")
-    visit.page.wait_for_url("**/login/")
-    visit.login(username)
-
 
 def share(name):
     return Allocation.objects.current().get(unit__name=name).share_percent
@@ -40,7 +23,7 @@ def test_a_researcher_asks_the_manager_approves_less_with_a_comment_and_the_rese
     page.select_option("#id_unit", "molmo")
     page.fill("#id_share", "78")
     page.fill("#id_justification", "Video-language pretraining: 2 weeks on 64 GPUs before the deadline.")
-    shot(visit, "1-researcher-files-request")
+    visit.shot("1-researcher-files-request")
     page.click("button:has-text('Send request')")
     page.wait_for_url("**/budgets/requests/*/")
     status = page.get_by_test_id("request-status")
@@ -48,14 +31,14 @@ def test_a_researcher_asks_the_manager_approves_less_with_a_comment_and_the_rese
     assert "waiting for a decision by the managers of multimodal (mia)" in status.inner_text()
     request_url = page.url
 
-    switch_user(visit, "mia")
+    visit.switch_user("mia")
     badge = page.locator(".mainnav a:has-text('Budgets') .badge")
     assert badge.inner_text() == "1"
     assert "waiting for your decision" in badge.get_attribute("title")
     page.click(".mainnav a:has-text('Budgets')")
     waiting = page.get_by_test_id("waiting")
     assert "molmo" in waiting.inner_text() and "dan" in waiting.inner_text()
-    shot(visit, "2-manager-sees-the-count")
+    visit.shot("2-manager-sees-the-count")
     waiting.locator("a[href^='/budgets/requests/']").first.click()
     page.wait_for_url(request_url)
     numbers = page.get_by_test_id("numbers")
@@ -64,7 +47,7 @@ def test_a_researcher_asks_the_manager_approves_less_with_a_comment_and_the_rese
     form = page.get_by_test_id("approve-form")
     form.locator("input[name=share]").fill("75")
     form.locator("textarea[name=comment]").fill("75 % now; ask again after the pixmo relabel finishes.")
-    shot(visit, "3-manager-decides")
+    visit.shot("3-manager-decides")
     form.locator("button:has-text('Approve')").click()
     page.wait_for_selector(".messages li")
     assert "approved: molmo gets 75 %" in page.inner_text(".messages")
@@ -72,21 +55,21 @@ def test_a_researcher_asks_the_manager_approves_less_with_a_comment_and_the_rese
     assert badge.count() == 0  # nothing waits any more
     assert share("molmo") == 75
 
-    switch_user(visit, "dan")
+    visit.switch_user("dan")
     visit.goto("/budgets/requests/")
     page.click(f"a[href='{request_url.removeprefix(visit.base_url)}']")
     status = page.get_by_test_id("request-status")
     assert status.get_attribute("data-status") == "approved"
     assert page.get_by_test_id("granted").inner_text() == "75 %" and "(asked 78 %)" in status.inner_text()
     assert "ask again after the pixmo relabel" in page.get_by_test_id("decision-comment").inner_text()
-    shot(visit, "4-researcher-sees-the-decision")
+    visit.shot("4-researcher-sees-the-decision")
     page.click("h1 a:has-text('molmo')")
     page.wait_for_url("**/budgets/units/molmo/**")
     assert page.get_by_test_id("unit-share").inner_text() == "75 %"
     page.wait_for_selector("#usage-plot .main-svg")  # Plotly, served locally, drew the plot
     history = page.get_by_test_id("history")
     assert "mia" in history.inner_text() and "70 %" in history.inner_text() and "75 %" in history.inner_text()
-    shot(visit, "5-researcher-sees-the-new-share")
+    visit.shot("5-researcher-sees-the-new-share")
     assert visit.console_errors == []
     assert any("/static/plotly/plotly.min.js" in url for url in visit.requests)
 
@@ -100,7 +83,7 @@ def test_a_manager_with_no_room_takes_it_from_an_idle_sibling(demo, visit):
     page.click("button:has-text('Send request')")
     page.wait_for_url("**/budgets/requests/*/")
 
-    switch_user(visit, "pat")
+    visit.switch_user("pat")
     visit.goto("/budgets/")
     page.get_by_test_id("waiting").locator("a[href^='/budgets/requests/']").first.click()
     no_room = page.get_by_test_id("no-room")
@@ -110,7 +93,7 @@ def test_a_manager_with_no_room_takes_it_from_an_idle_sibling(demo, visit):
     take.locator("input[name='sibling-tulu']").fill("15")
     take.locator("input[name='sibling-safety']").fill("15")
     take.locator("textarea[name=comment]").fill("tulu is between eval seasons")
-    shot(visit, "6-no-room-take-from-sibling")
+    visit.shot("6-no-room-take-from-sibling")
     take.locator("button:has-text('Approve and take the room')").click()
     page.wait_for_selector(".messages li")
     assert page.get_by_test_id("request-status").get_attribute("data-status") == "approved"

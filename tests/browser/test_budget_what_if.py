@@ -4,8 +4,6 @@ both sides, then approves a smaller amount; the researcher sees the decision.
 Set ALLOT_SHOTS=/some/dir to save screenshots of each step.
 """
 
-import os
-from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -16,21 +14,6 @@ from tests.conftest import get_user
 from tests.scenarios import busy_week
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
-
-SHOTS = os.environ.get("ALLOT_SHOTS")
-
-
-def shot(visit, name):
-    if SHOTS:
-        Path(SHOTS).mkdir(parents=True, exist_ok=True)
-        visit.page.screenshot(path=str(Path(SHOTS) / f"{name}.png"), full_page=True)
-
-
-def switch_user(visit, username):
-    visit.page.click("button:has-text('Log out')")
-    visit.page.wait_for_url("**/login/")
-    visit.login(username)
-
 
 def cells(row, test_id):
     return row.get_by_test_id(test_id).inner_text().strip()
@@ -52,7 +35,7 @@ def test_the_manager_runs_the_what_if_sees_both_sides_and_approves_less(demo, vi
     request_url = page.url
     assert page.get_by_test_id("what-if-status").get_attribute("data-status") == "none"
 
-    switch_user(visit, "pat")
+    visit.switch_user("pat")
     badge = page.locator(".mainnav a:has-text('Budgets') .badge")
     assert badge.inner_text() == "1"
     page.click(".mainnav a:has-text('Budgets')")
@@ -73,7 +56,7 @@ def test_the_manager_runs_the_what_if_sees_both_sides_and_approves_less(demo, vi
     olmo = table.locator("tr[data-unit='olmo']")
     assert olmo.locator("td").nth(1).inner_text() == "55 %" and olmo.locator("td").nth(2).inner_text() == "65 %"
     assert "arrive again 7 days later" in page.get_by_test_id("what-if-assumptions").inner_text()
-    shot(visit, "1-manager-runs-the-what-if")
+    visit.shot("1-manager-runs-the-what-if")
 
     # Try the smaller amount too: a second what-if at 60 %.
     section.get_by_test_id("what-if-form").locator("input[name=share]").fill("60")
@@ -92,9 +75,9 @@ def test_the_manager_runs_the_what_if_sees_both_sides_and_approves_less(demo, vi
     # The result stays on the decided request; no new run is offered.
     assert page.get_by_test_id("what-if-status").get_attribute("data-status") == "done"
     assert page.get_by_test_id("what-if-form").count() == 0
-    shot(visit, "2-manager-approved-less")
+    visit.shot("2-manager-approved-less")
 
-    switch_user(visit, "alice")
+    visit.switch_user("alice")
     visit.goto(request_url.removeprefix(visit.base_url))
     assert page.get_by_test_id("request-status").get_attribute("data-status") == "approved"
     assert page.get_by_test_id("granted").inner_text() == "60 %"

@@ -17,7 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
+
+from tests.processes import database_url  # noqa: F401  (the fault tests import it from here)
 
 PYTHON = sys.executable
 MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
@@ -47,15 +48,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def database_url() -> str:
-    """The test database, as a child process must reach it."""
-    db = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def child_env(database: str, *, redis_url: str | None = None, **extra) -> dict:
