@@ -101,18 +101,11 @@ def _in_submission_order(snapshot: Snapshot, now: float, policy: Policy, *, orde
             smallest_failed[shape] = job.gpus if not (job.cpus or job.memory_gib) else math.inf
             waiting.append(job)
             continue
-        gpu_ids: list[str] = []
         milli = job.gpu_milli if job.gpus == 1 else WHOLE_GPU_MILLI
-        for host, count in parts:
-            gpu_ids += host.free[:count]
-            del host.free[:count]
-            if host.cpus_free is not None:
-                host.cpus_free -= -(-job.cpus * count // job.gpus)
-            if host.memory_free is not None:
-                host.memory_free -= -(-job.memory_gib * count // job.gpus)
+        gpu_ids = _take(job, parts)
         free -= job.gpus
         with_room = sorted((h for h in with_room if h.free), key=order)
-        starts.append(Start(job.id, tuple(gpu_ids), milli, f"{name}: first hosts with room"))
+        starts.append(Start(job.id, gpu_ids, milli, f"{name}: first hosts with room"))
     texts: dict[tuple, str] = {}
     pending = {}
     for position, job in enumerate(waiting, 1):
@@ -282,6 +275,7 @@ def _priority_levels(snapshot: Snapshot, now: float, policy: Policy) -> Decision
 
 
 def _take(job: PendingJob, parts: list[tuple[HostState, int]]) -> tuple[str, ...]:
+    """Take the job's GPUs (and its CPU and memory, per host in proportion) from the hosts placement chose."""
     gpu_ids: list[str] = []
     for host, count in parts:
         gpu_ids += host.free[:count]
