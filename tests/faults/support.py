@@ -18,8 +18,6 @@ from pathlib import Path
 
 from django.conf import settings
 
-from tests.processes import database_url  # noqa: F401  (the fault tests import it from here)
-
 PYTHON = sys.executable
 MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
 AGENT = str(Path(sys.executable).with_name("allot-agent"))

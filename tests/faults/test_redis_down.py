@@ -17,13 +17,13 @@ from scheduler.models import Job, Tick
 from scheduler.services import JobRequest, job_submit
 from tests.conftest import get_user
 from tests.faults.support import (
-    database_url,
     scheduler,
     set_password_for_children,
     violations,
     wait_until,
     web,
 )
+from tests.processes import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -28,7 +28,8 @@ from scheduler.choices import FINAL_STATES, EventKind, JobState
 from scheduler.models import Job, JobEvent, Tick
 from scheduler.services import JobRequest, job_submit
 from tests.conftest import get_user
-from tests.faults.support import database_url, job_states, overlapping_ticks, scheduler, violations, wait_until
+from tests.faults.support import job_states, overlapping_ticks, scheduler, violations, wait_until
+from tests.processes import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
