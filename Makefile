@@ -7,6 +7,10 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # The embedded default: SQLite under var/, no Redis, Celery tasks in-process.
 RUN_ENV := DEBUG=1
+# The public traces (never committed): ../shared/traces beside the checkout, else where this machine keeps
+# them; ALLOT_TRACES set by the caller wins.
+ALLOT_TRACES ?= $(firstword $(wildcard $(abspath ../shared/traces) /work/shared/traces))
+export ALLOT_TRACES
 
 .PHONY: run test bench install install-test chromium lint clean
 
