@@ -39,3 +39,5 @@ class EventKind(models.TextChoices):
     FAIL = "fail", "failed"
     CANCEL = "cancel", "cancelled"
     CHECKPOINT = "checkpoint", "checkpoint"
+    # GPUs held for a job that preempted others (rule 4), and their release.
+    EARMARK = "earmark", "GPUs held"

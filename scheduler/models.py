@@ -5,6 +5,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Priority, Topology
+from scheduler.core.model import protection
 
 
 class JobQuerySet(models.QuerySet):
@@ -65,6 +66,9 @@ class Job(models.Model):
     preempted_for = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="preempted_victims"
     )
+    # A pending job that preempted others: the GPUs held for it ("host:index"), its victims' and free ones,
+    # until it starts, is cancelled, or the scheduler drops the claim with a reason (rule 4). Written by the tick.
+    earmarked_gpus = models.JSONField(default=list, blank=True)
 
     # Simulated executor only: seconds of work the job needs, and done so far
     # (up to its last checkpoint, for a resumable job that was preempted).
@@ -112,9 +116,13 @@ class Job(models.Model):
 
     @property
     def protected_until(self):
+        """When this run's protection ends: the minimum runtime, doubled per earlier preemption up to the
+        cluster's cap (`scheduler.core.model.protection`, the rule the scheduler applies)."""
         if self.run_started_at is None:
             return None
-        return self.run_started_at + timezone.timedelta(seconds=self.min_runtime)
+        earlier = self.preemptions - (1 if self.stop_cause and self.preemptions else 0)
+        seconds = protection(self.min_runtime, earlier, self.cluster.scheduling_policy())
+        return self.run_started_at + timezone.timedelta(seconds=seconds)
 
     @property
     def gpu_types(self) -> list[str]:

@@ -212,7 +212,8 @@ def job_cancel(*, job: Job, actor, reason: str = "", at: datetime | None = None)
     who = actor.get_username() if hasattr(actor, "get_username") else str(actor)
     detail = f"cancelled by {who}" + (f": {reason}" if reason else "")
     if Job.objects.filter(pk=job.pk, state=JobState.PENDING).update(
-        state=JobState.CANCELLED, ended_at=at, queue_position=None, pending_reason="", estimated_start=None
+        state=JobState.CANCELLED, ended_at=at, queue_position=None, pending_reason="", estimated_start=None,
+        earmarked_gpus=[],
     ):
         JobEvent.objects.create(job=job, at=at, kind=EventKind.CANCEL, actor=who, cause="cancel", detail=detail)
     elif Job.objects.filter(pk=job.pk, state__in=LIVE_STATES).exclude(stop_cause="cancel").update(

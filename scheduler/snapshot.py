@@ -41,6 +41,7 @@ class TickInput:
     gpu_pks: dict[str, int]  # "host:index" → Gpu pk
     host_pks: dict[str, int]
     pending_fields: dict[int, tuple]  # job pk → (queue_position, pending_reason, estimated_start) as stored
+    earmarks: dict[int, tuple[str, ...]]  # pending job pk → its claim on GPUs as stored (rule 4)
 
 
 def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
@@ -116,6 +117,7 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
     job_fields = [
         "pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type", "topology",
         "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "submitted_at", "mig_profile",
+        "preemptions",
     ]
     running = []
     for row in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).values(
@@ -135,26 +137,28 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
             grace_ends=seconds(row["stop_deadline"]),
             mig_profile=instances[row["pk"]][0] if row["pk"] in instances else "",
             mig_start=instances[row["pk"]][1] if row["pk"] in instances else None,
+            # A job being preempted already counts this preemption; its protection no longer matters.
+            preemptions=row["preemptions"] - (1 if row["stop_cause"] and row["preemptions"] else 0),
         ))
-    earmarked: dict[str, list[str]] = defaultdict(list)
-    for job in running:
-        if job.preempted_for:
-            earmarked[job.preempted_for].extend(job.gpu_ids)
-
     pending = []
     pending_fields = {}
+    earmarks = {}
     for row in Job.objects.filter(cluster=cluster, state=JobState.PENDING).values(
-        *job_fields, "queue_position", "pending_reason", "estimated_start"
+        *job_fields, "queue_position", "pending_reason", "estimated_start", "earmarked_gpus"
     ).order_by("pk"):
         pending_fields[row["pk"]] = (row["queue_position"], row["pending_reason"], row["estimated_start"])
+        claim = tuple(gpu for gpu in row["earmarked_gpus"] or () if isinstance(gpu, str))
+        if claim:
+            earmarks[row["pk"]] = claim
         pending.append(core.PendingJob(
             id=str(row["pk"]), project=row["project__name"], gpus=row["gpus"], min_runtime=row["min_runtime"],
             resumable=row["resumable"], submit_time=seconds(row["submitted_at"]), seq=row["pk"],
             user=row["user__username"], gpus_per_host=row["gpus_per_host"], gpu_milli=row["gpu_milli"],
             gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t), topology=row["topology"],
             max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
-            memory_gib=row["memory_gib"], earmarked_gpus=tuple(sorted(earmarked.get(str(row["pk"]), ()))),
+            memory_gib=row["memory_gib"], earmarked_gpus=earmarks.get(row["pk"], ()),
             mig_profile=row["mig_profile"] if row["gpus"] == 1 else "",
+            preemptions=row["preemptions"],
         ))
 
     migrations = tuple(
@@ -168,5 +172,5 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
     )
     return TickInput(
         snapshot=snapshot, now=now, gpu_pks=gpu_pks, host_pks={host.name: host.pk for host in hosts},
-        pending_fields=pending_fields,
+        pending_fields=pending_fields, earmarks=earmarks,
     )

@@ -102,6 +102,7 @@ def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Dec
         host = Host.objects.select_for_update().get(name=change.host)
         if host.state == HostState.DRAINING and change.state == HostState.DRAINED:
             host.set_state(change.state, actor=SCHEDULER, reason=change.reason, at=now)
+    _write_earmarks(tick_input, decisions, now)
     _write_queue_fields(tick_input, decisions)
     result.pending = len(decisions.pending)
     result.running = Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).count()
@@ -143,6 +144,7 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
     state = JobState.RUNNING if cluster.executor == Executor.SIMULATED else JobState.STARTING
     claimed = Job.objects.filter(pk=job_pk, state=JobState.PENDING).update(
         state=state, run_started_at=now, queue_position=None, pending_reason="", estimated_start=None,
+        earmarked_gpus=[],
     )
     if not claimed:
         return False
@@ -203,6 +205,36 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
                f"{'requeues' if preemption.requeue else 'does not requeue'})",
     )
     return True
+
+
+def _write_earmarks(tick_input: TickInput, decisions: core.Decisions, now: datetime) -> None:
+    """Keep every pending job's claim on GPUs as the core left it (rule 4), and say so on its timeline."""
+    started = {start.job_id for start in decisions.starts}
+    drops = {drop.job_id: drop.reason for drop in decisions.earmark_drops}
+    for pk in sorted(set(tick_input.earmarks) | {int(job_id) for job_id in decisions.earmarks}):
+        job_id = str(pk)
+        if job_id in started:
+            continue  # the start cleared it
+        claim = decisions.earmarks.get(job_id, ())
+        stored = tick_input.earmarks.get(pk, ())
+        if claim == stored:
+            continue
+        if not Job.objects.filter(pk=pk, state=JobState.PENDING).update(earmarked_gpus=list(claim)):
+            continue
+        if claim and not stored:
+            detail = (f"{len(claim)} GPU{'s' if len(claim) != 1 else ''} held for it until it starts "
+                      f"({_hosts_label(claim)}): its victims' and the free ones it will start on")
+        elif claim:
+            detail = f"GPUs held for it are now {len(claim)} ({_hosts_label(claim)})"
+        else:
+            detail = drops.get(job_id, "the GPUs held for it are free for others again")
+        JobEvent.objects.create(job_id=pk, at=now, kind=EventKind.EARMARK, actor=SCHEDULER, detail=detail[:2000],
+                                cause="dropped" if not claim else "held")
+
+
+def _hosts_label(gpu_ids) -> str:
+    hosts = sorted({gpu_id.rsplit(":", 1)[0] for gpu_id in gpu_ids})
+    return ", ".join(hosts[:4]) + (f" and {len(hosts) - 4} more hosts" if len(hosts) > 4 else "")
 
 
 def _write_queue_fields(tick_input: TickInput, decisions: core.Decisions) -> None:

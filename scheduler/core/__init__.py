@@ -36,6 +36,8 @@ from .model import (
     Start,
     Topology,
     Unit,
+    protection,
+    protected_until,
 )
 from .placement import choose_fast_lane_hosts
 
@@ -43,5 +45,6 @@ __all__ = [
     "ANY", "CORDONED", "DOMAIN", "DOWN", "DRAINED", "DRAINING", "PREEMPTING", "PREFERRED", "PRIORITY_HIGH",
     "PRIORITY_LOW", "PRIORITY_NORMAL", "RUNNING", "UP", "WHOLE_GPU_MILLI", "Decisions", "Domain", "Host",
     "HostChange", "MigGpu", "MigLayout", "PendingJob", "PendingStatus", "Policy", "Preemption", "Reservation",
-    "RunningJob", "Snapshot", "Start", "Topology", "Unit", "choose_fast_lane_hosts", "schedule",
+    "RunningJob", "Snapshot", "Start", "Topology", "Unit", "choose_fast_lane_hosts", "protected_until", "protection",
+    "schedule",
 ]

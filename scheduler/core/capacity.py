@@ -98,6 +98,9 @@ class HostState:
     milli_used: dict[str, int] = field(default_factory=dict)
     # Pending job id -> its free earmarked GPUs here (rule 4).
     earmarked: dict[str, list[str]] = field(default_factory=dict)
+    # Pending fraction job id -> (GPU, milli-GPU) held for it on a GPU shared with others (rule 4), counted
+    # in `milli_used` until it starts.
+    milli_held: dict[str, tuple[str, int]] = field(default_factory=dict)
     # Running jobs holding GPUs (or, CPU-only, CPUs) here, any state; and pending
     # jobs holding earmarked GPUs here, as if started at the tick.
     jobs: list[RunningJob] = field(default_factory=list)
@@ -259,7 +262,7 @@ class Capacity:
             for name in domain.hosts:
                 self.domain_of[name] = domain.name
         self._hold_running(running)
-        self._hold_earmarks(pending, now)
+        self._hold_earmarks(pending, running, now)
         self._build_pools()
 
     # ------------------------------------------------------------ building
@@ -308,23 +311,42 @@ class Capacity:
                 state.blocked = True  # an instance the snapshot's layout contradicts: touch nothing
         state.held[instance] = job.id
 
-    def _hold_earmarks(self, pending: tuple[PendingJob, ...], now: float) -> None:
-        """Free GPUs earmarked for a pending job are its own (rule 4).
+    def _hold_earmarks(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...], now: float) -> None:
+        """GPUs claimed by a pending job are its own (rule 4, `earmarks.py`).
 
-        A GPU earmarked twice goes to the job first in submission order. On
-        hosts that take jobs, the owner counts as running there from now, so
-        that reservations see when those GPUs could come back.
+        Free claimed GPUs leave the free list. A fraction's claim on a GPU
+        others share holds the milli-GPU its victims will not give back. A GPU
+        claimed twice goes to the job first in submission order. On hosts that
+        take jobs, the owner counts as running there from now, so that
+        reservations see when those GPUs could come back.
         """
         owners = [job for job in pending if job.earmarked_gpus]
+        if not owners:
+            return
+        leaving: dict[tuple[str, str], int] = {}  # (claimant, GPU) -> milli its victims hold there
+        for job in running:
+            if job.preempted_for is not None and len(job.gpu_ids) == 1:
+                key = (job.preempted_for, job.gpu_ids[0])
+                leaving[key] = leaving.get(key, 0) + job.gpu_milli
         for job in sorted(owners, key=lambda j: (j.submit_time, j.seq, j.id)):
+            shared = job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI and not job.mig_profile
             held: list[str] = []
             for gpu in job.earmarked_gpus:
                 host = self.hosts.get(self.gpu_host.get(gpu, ""))
-                if host is not None and gpu in host.free:
+                if host is None:
+                    continue
+                if gpu in host.free:
                     host.free.remove(gpu)
                     host.earmarked.setdefault(job.id, []).append(gpu)
                     if host.state == UP:
                         held.append(gpu)
+                elif shared and gpu in host.milli_used and job.id not in host.milli_held:
+                    used = host.milli_used[gpu]
+                    hold = min(job.gpu_milli - leaving.get((job.id, gpu), 0), WHOLE_GPU_MILLI - used)
+                    if hold > 0:
+                        host.milli_used[gpu] = used + hold
+                        host.milli_held[job.id] = (gpu, hold)
+                    host.earmarked.setdefault(job.id, []).append(gpu)
             if held:
                 as_running = RunningJob(job.id, job.project, tuple(held), now, job.min_runtime, job.resumable,
                                         job.submit_time, job.seq, max_runtime=job.max_runtime)
@@ -424,7 +446,7 @@ class Capacity:
                 own = host.earmarked.pop(job_id, [])
                 if shared_gpu is not None:
                     gpu_ids = [shared_gpu]
-                    self._share(host, shared_gpu, milli, own)
+                    self._share(host, shared_gpu, milli, own, job_id)
                 else:
                     gpu_ids = own[:count] + host.free[: max(0, count - len(own))]
                     del host.free[: max(0, count - len(own))]
@@ -461,7 +483,7 @@ class Capacity:
         if self.mig_demand[key] > 0:
             self.mig_demand[key] -= 1
 
-    def _share(self, host: HostState, gpu: str, milli: int, own: list[str]) -> None:
+    def _share(self, host: HostState, gpu: str, milli: int, own: list[str], job_id: str) -> None:
         pool = host.group.pool
         used = host.milli_used.get(gpu)
         if used is None:
@@ -471,7 +493,14 @@ class Capacity:
                 host.free.remove(gpu)
             used = 0
         else:
-            _remove(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+            if used < WHOLE_GPU_MILLI:
+                _remove(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+            held = host.milli_held.get(job_id)
+            if held is not None and held[0] == gpu:
+                del host.milli_held[job_id]
+                used -= held[1]
+            if gpu in own:
+                own.remove(gpu)
         used += milli
         host.milli_used[gpu] = used
         if used < WHOLE_GPU_MILLI:
@@ -492,18 +521,66 @@ class Capacity:
         group.free += after - before
         group.pool.free += after - before
 
-    def earmark(self, job_id: str, host: HostState, count: int) -> None:
-        """Hold `count` free GPUs of a host for a job for the rest of the tick (rule 4)."""
+    def earmark(self, job_id: str, host: HostState, count: int) -> list[str]:
+        """Hold `count` free GPUs of a host for a job (rule 4); returns their ids."""
         count = min(count, len(host.free))
         if count <= 0:
-            return
+            return []
         group = host.group
         group.pool.unindex(group)
         before = len(host.free)
-        host.earmarked.setdefault(job_id, []).extend(host.free[:count])
+        taken = host.free[:count]
+        host.earmarked.setdefault(job_id, []).extend(taken)
         del host.free[:count]
         self._refile(host, before)
         group.pool.index(group)
+        return taken
+
+    def hold_milli(self, job_id: str, host: HostState, gpu: str, milli: int) -> None:
+        """Hold milli-GPU of a shared GPU for a fraction that preempted others there (rule 4)."""
+        host.earmarked.setdefault(job_id, [gpu])
+        used = host.milli_used.get(gpu)
+        if used is None or milli <= 0 or host.group is None:
+            return
+        milli = min(milli, WHOLE_GPU_MILLI - used)
+        pool = host.group.pool
+        if used < WHOLE_GPU_MILLI:
+            _remove(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+        used += milli
+        host.milli_used[gpu] = used
+        host.milli_held[job_id] = (gpu, milli)
+        if used < WHOLE_GPU_MILLI:
+            insort(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+
+    def release_earmarks(self, job_id: str, gpu_ids) -> None:
+        """A claim dropped or no longer needed: its free GPUs (and held milli-GPU) are anyone's again."""
+        names = sorted({self.gpu_host[gpu] for gpu in gpu_ids if gpu in self.gpu_host})
+        for host in (self.hosts[name] for name in names):
+            gpus = host.earmarked.pop(job_id, None)
+            held = host.milli_held.pop(job_id, None)
+            if held is not None:
+                gpu, milli = held
+                group = host.group
+                used = host.milli_used[gpu]
+                if group is not None and used < WHOLE_GPU_MILLI:
+                    _remove(group.pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+                host.milli_used[gpu] = used - milli
+                if group is not None:
+                    insort(group.pool.shared, (WHOLE_GPU_MILLI - used + milli, host.name, gpu))
+                gpus = [g for g in gpus or () if g != gpu]
+            if not gpus:
+                continue
+            group = host.group
+            if group is None:
+                host.free.extend(gpus)
+                host.free.sort(key=self.gpu_position.__getitem__)
+                continue
+            group.pool.unindex(group)
+            before = len(host.free)
+            for gpu in gpus:
+                self._free_gpu(host, gpu)
+            self._refile(host, before)
+            group.pool.index(group)
 
     def checkpoint(self) -> int:
         """Start recording allocations; `rollback(mark)` undoes those after `mark`."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .capacity import NOTHING, Capacity, Group, Release
 from .fairshare import gpu_amount
-from .model import RUNNING, PendingJob, Policy, RunningJob
+from .model import RUNNING, PendingJob, Policy, RunningJob, protected_until
 from .placement import HostFilter, JobRequest, find_placement, plan_in_group, pools_for
 from .preemption import lost_work
 
@@ -65,7 +65,7 @@ def plan_defrag(job: PendingJob, req: JobRequest, capacity: Capacity, *, earlies
         for group in sorted(pool.groups.values(), key=lambda g: g.domain):
             if group.capacity < req.gpus:
                 continue
-            found = _moves_in(group, req, capacity, host_ok, unavailable, now)
+            found = _moves_in(group, req, capacity, host_ok, unavailable, now, policy)
             if found is None:
                 continue
             moved, hosts = found
@@ -80,14 +80,14 @@ def plan_defrag(job: PendingJob, req: JobRequest, capacity: Capacity, *, earlies
 
 
 def _moves_in(group: Group, req: JobRequest, capacity: Capacity, host_ok: HostFilter, unavailable: set[str],
-              now: float) -> tuple[tuple[RunningJob, ...], tuple[str, ...]] | None:
+              now: float, policy: Policy) -> tuple[tuple[RunningJob, ...], tuple[str, ...]] | None:
     """Movable jobs of the group, least lost work first, until the job fits; then drop the unneeded."""
     names = {h.name for h in group.hosts}
     movable: dict[str, RunningJob] = {}
     for host in group.hosts:
         for job in host.jobs:
             if (job.state == RUNNING and job.resumable and job.id not in unavailable and not job.mig_profile
-                    and (not job.allocated or now >= job.protected_until)):
+                    and (not job.allocated or now >= protected_until(job, policy))):
                 movable[job.id] = job
     ordered = sorted(movable.values(), key=lambda j: (lost_work(j, now), len(j.gpu_ids), j.seq, j.id))
     extra: dict[str, Release] = {}

@@ -9,7 +9,7 @@ drained.
 from __future__ import annotations
 
 from .capacity import Capacity
-from .model import DOWN, DRAINED, DRAINING, PREEMPTING, HostChange, Policy, Preemption, RunningJob
+from .model import DOWN, DRAINED, DRAINING, PREEMPTING, HostChange, Policy, Preemption, RunningJob, protected_until
 from .reasons import format_duration, format_time, plural, requeue_note
 from .reservation import grace_for
 
@@ -43,8 +43,9 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
             continue
         if not job.allocated:
             why = "unallocated jobs leave at once"
-        elif now >= job.protected_until:
-            why = f"its minimum runtime of {format_duration(job.min_runtime)} is over"
+        elif now >= protected_until(job, policy):
+            why = (f"its minimum runtime of {format_duration(job.min_runtime)} is over" if job.preemptions == 0 else
+                   f"its protection of {format_duration(protected_until(job, policy) - job.start_time)} is over")
         else:
             continue
         preemptions.append(Preemption(
@@ -76,7 +77,7 @@ def drain_progress(capacity: Capacity, leave_at: dict[str, float], *, now: float
 
 def _drain_leave_time(job: RunningJob, now: float, policy: Policy) -> float:
     """A protected job on a draining host leaves when its minimum runtime ends (or its maximum runtime)."""
-    leaves = job.protected_until
+    leaves = protected_until(job, policy)
     if job.max_runtime is not None:
         leaves = min(leaves, job.start_time + job.max_runtime)
     return max(now, leaves) + grace_for(job, policy)

@@ -29,6 +29,7 @@ from . import reasons
 from .capacity import Capacity, HostState
 from .defrag import DefragPlan, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
+from .earmarks import check_earmarks
 from .fairshare import FairShareWalk, UnitTree, gpu_amount
 from .model import (
     ANY,
@@ -38,6 +39,7 @@ from .model import (
     UP,
     WHOLE_GPU_MILLI,
     Decisions,
+    EarmarkDrop,
     MigLayout,
     PendingJob,
     PendingStatus,
@@ -47,6 +49,7 @@ from .model import (
     RunningJob,
     Snapshot,
     Start,
+    protected_until,
 )
 from .placement import (
     NEW_INSTANCE,
@@ -93,6 +96,9 @@ def collector_paused() -> Iterator[None]:
 
 
 def _decide(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
+    # 0. Claims on GPUs from earlier preemptions that no longer hold are dropped, with the reason (rule 4).
+    snapshot, earmark_drops = check_earmarks(snapshot, now=now, policy=policy)
+
     # 1. Working capacity, the org tree and usage over the window (rule 1).
     capacity = Capacity(snapshot.topology, snapshot.running, snapshot.pending, now)
     projects = {job.project for job in snapshot.pending} | {job.project for job in snapshot.running}
@@ -102,7 +108,7 @@ def _decide(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
 
     # 2. Jobs that leave whatever waits: down hosts, maximum runtimes, drains (rule 7).
     forced, leave_at = jobs_leaving(snapshot.running, capacity, now=now, policy=policy)
-    cycle = Cycle(snapshot, capacity, tree, leave_at, now, policy)
+    cycle = Cycle(snapshot, capacity, tree, leave_at, now, policy, earmark_drops)
 
     # 3. Allocated jobs in fair-share order: start, preempt, reserve, defragment (rules 2-5).
     cycle.allocated_jobs([job for job in snapshot.pending if job.allocated])
@@ -124,6 +130,8 @@ def _decide(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
         host_changes=tuple(host_changes),
         unit_ratios=unit_ratios,
         mig_layouts=tuple(cycle.mig_layouts.values()),
+        earmarks=cycle.earmarks(),
+        earmark_drops=tuple(cycle.earmark_drops),
     )
 
 
@@ -154,14 +162,14 @@ class Cycle:
     """The state one tick decides on; see the module docstring."""
 
     def __init__(self, snapshot: Snapshot, capacity: Capacity, tree: UnitTree, leave_at: dict[str, float],
-                 now: float, policy: Policy):
+                 now: float, policy: Policy, earmark_drops: list[EarmarkDrop] = ()):
         self.snapshot = snapshot
         self.capacity = capacity
         self.tree = tree
         self.leave_at = leave_at
         self.now = now
         self.policy = policy
-        self.victims = Victims(snapshot.running, tree, capacity, set(leave_at), now)
+        self.victims = Victims(snapshot.running, tree, capacity, set(leave_at), now, policy)
         self.leave_times = LeaveTimes(tree, leave_at, now, policy)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
@@ -173,11 +181,19 @@ class Cycle:
         self.started_jobs: list[RunningJob] = []
         self.waits: dict[str, Wait] = {}
         self.in_flight: dict[str, list] = {}
+        # A job whose claim was just dropped is decided anew: its old victims no longer count for it.
+        dropped = {drop.job_id for drop in earmark_drops}
         for job in sorted(snapshot.running, key=lambda j: (j.seq, j.id)):
-            if job.state == PREEMPTING and job.preempted_for is not None and job.id in leave_at:
+            if (job.state == PREEMPTING and job.preempted_for is not None and job.id in leave_at
+                    and job.preempted_for not in dropped):
                 self.in_flight.setdefault(job.preempted_for, []).append(job)
         # Jobs that may start although nothing else can: on earmarks, or waiting for victims.
         self.owed = {job.id for job in snapshot.pending if job.earmarked_gpus or job.id in self.in_flight}
+        # Rule 4's claims, carried from earlier ticks and made in this one: job id -> GPU ids.
+        self.claims: dict[str, set[str]] = {
+            job.id: set(job.earmarked_gpus) for job in snapshot.pending if job.earmarked_gpus
+        }
+        self.earmark_drops: list[EarmarkDrop] = list(earmark_drops)
         # Rule 5 is tried for the first jobs that can't start, at most max_reservations of them.
         self.reservation_attempts = 0
         self.defrag_budget = migrations_left(snapshot.recent_defrag_migrations, now, policy)
@@ -270,12 +286,16 @@ class Cycle:
             return False
         leaving = self.in_flight.get(job.id)
         if leaving:
-            plan = self.victims.after(self._request(job), leaving, self._host_filter(self._request(job)))
+            plan = self.victims.after(self._request(job), leaving, _any_host)
             if plan is not None:
-                self._hold_free_part(job, plan)
+                self._claim(job, plan)
                 ready = max(self.leave_at[v.id] for v in leaving)
                 self.waits[job.id] = Wait(VICTIMS_LEAVING, reasons.job_list([v.id for v in leaving]), ready)
                 return True
+        if job.id in self.claims:
+            # Its victims are gone (or would not make room) and the GPUs held for it do not take it: the plan
+            # failed. It gives them up and is decided anew.
+            self._drop_claim(job, "they no longer fit it (the CPUs or memory it needs there were taken)")
         gainer = self.tree.nodes[job.project]
         kind, placing, preempting = self._classes(job)
         access = self._access(job)
@@ -351,10 +371,14 @@ class Cycle:
                                      milli=req.milli, shared_gpu=placement.shared_gpu)
         host = placement.parts[0][0].name if job.gpus == 0 else ""
         self.starts.append(Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host))
+        claim = self.claims.pop(job.id, None)
+        if claim:
+            # Started (on its claim or elsewhere): what it did not use is free for others at once.
+            self.capacity.release_earmarks(job.id, claim)
         self._started(job, placement, RunningJob(
             job.id, job.project, gpu_ids, self.now, job.min_runtime, job.resumable, job.submit_time, job.seq,
             gpu_milli=req.milli, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
-            memory_gib=job.memory_gib, host=host,
+            memory_gib=job.memory_gib, host=host, preemptions=job.preemptions,
         ))
 
     def _start_mig(self, job: PendingJob, placement: Placement) -> None:
@@ -384,7 +408,7 @@ class Cycle:
         self._started(job, placement, RunningJob(
             job.id, job.project, (gpu,), self.now, job.min_runtime, job.resumable, job.submit_time, job.seq,
             topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus, memory_gib=job.memory_gib,
-            mig_profile=profile, mig_start=start,
+            mig_profile=profile, mig_start=start, preemptions=job.preemptions,
         ))
 
     def _started(self, job: PendingJob, placement: Placement, started: RunningJob) -> None:
@@ -425,17 +449,44 @@ class Cycle:
             self.leave_at[victim.job.id] = self.now + grace
             ready = max(ready, self.now + grace)
         self.victims.take({victim.job.id for victim in plan.victims})
-        self._hold_free_part(job, plan)
+        self._claim(job, plan)
         ids = [victim.job.id for victim in plan.victims]
         self.waits[job.id] = Wait(PREEMPTING_FOR, reasons.job_list(ids), ready)
 
-    def _hold_free_part(self, job: PendingJob, plan: VictimPlan) -> None:
-        """Free GPUs the job will start on together with its victims' stay its own meanwhile."""
+    def _claim(self, job: PendingJob, plan: VictimPlan) -> None:
+        """The GPUs the job will start on once its victims have left become its claim (rule 4, earmarks.py):
+        the victims' GPUs it needs and the free ones the plan counted on, kept across ticks until it starts."""
+        claim = self.claims.setdefault(job.id, set())
+        capacity = self.capacity
+        gpu_host = capacity.gpu_host
         if self._request(job).shared:
+            if plan.gpu is not None:
+                host = capacity.hosts[gpu_host[plan.gpu]]
+                claim.add(plan.gpu)
+                if job.id not in host.milli_held:
+                    leaving = sum(v.job.gpu_milli for v in plan.victims if plan.gpu in v.job.gpu_ids)
+                    capacity.hold_milli(job.id, host, plan.gpu, job.gpu_milli - leaving)
             return
         for host, count in plan.parts:
-            own = len(host.earmarked.get(job.id, ()))
-            self.capacity.earmark(job.id, host, count - plan.released.get(host.name, 0) - own)
+            own = host.earmarked.get(job.id, ())
+            claim.update(own)
+            released = plan.released.get(host.name, 0)
+            from_victims = [gpu for victim in plan.victims for gpu in victim.job.gpu_ids
+                            if gpu_host.get(gpu) == host.name]
+            from_victims.sort(key=lambda gpu: (gpu not in claim, capacity.gpu_position[gpu]))
+            claim.update(from_victims[:min(count, released)])
+            claim.update(capacity.earmark(job.id, host, count - released - len(own)))
+
+    def _drop_claim(self, job: PendingJob, reason: str) -> None:
+        claim = self.claims.pop(job.id, set())
+        self.capacity.release_earmarks(job.id, claim)
+        self.earmark_drops.append(EarmarkDrop(job.id, f"the GPUs held for it are free for others again: {reason}"))
+
+    def earmarks(self) -> dict[str, tuple[str, ...]]:
+        """Every claim still standing after the tick, GPUs in the topology's order."""
+        position = self.capacity.gpu_position
+        return {job_id: tuple(sorted(claim, key=lambda gpu: position.get(gpu, -1)))
+                for job_id, claim in sorted(self.claims.items()) if claim and job_id not in self.started}
 
     def _defragment(self, job: PendingJob, moves: DefragPlan) -> None:
         ready = self.now
@@ -448,6 +499,18 @@ class Cycle:
             ready = max(ready, self.now + grace)
         self.victims.take({moved.id for moved in moves.moved})
         self.defrag_budget -= len(moves.moved)
+        # The moved jobs' GPUs and the free ones of the hosts it will take are its claim, as a preemption's.
+        claim = self.claims.setdefault(job.id, set())
+        need = job.gpus
+        for name in moves.hosts:
+            host = self.capacity.hosts[name]
+            freed = [gpu for moved_job in moves.moved for gpu in moved_job.gpu_ids
+                     if self.capacity.gpu_host.get(gpu) == name][:need]
+            claim.update(freed)
+            need -= len(freed)
+            taken = self.capacity.earmark(job.id, host, need)
+            claim.update(taken)
+            need -= len(taken)
         moved = reasons.plural(len(moves.moved), "job")
         reason = f"held for job {job.id}: defragmenting {moves.domain} ({moved} moved out)"
         self._hold(job, moves.hosts, ready, Reservation(job.id, moves.domain, moves.hosts, ready, reason))
@@ -521,7 +584,7 @@ class Cycle:
         """Which reservations the job may start under: those lasting at least its protection."""
         if not self._reserved_until or not job.allocated:
             return 0
-        return bisect_left(self._reserved_until, self.now + protected_for(job))
+        return bisect_left(self._reserved_until, self.now + protected_for(job, self.policy))
 
     def _known_to_wait(self, job: PendingJob) -> bool:
         """This tick already showed the job can't start, preempt or reserve: record that it waits.
@@ -754,8 +817,8 @@ class Cycle:
         if job.state != RUNNING:
             return None
         ends = math.inf
-        if job.allocated and job.protected_until > self.now:
-            ends = job.protected_until
+        if job.allocated and protected_until(job, self.policy) > self.now:
+            ends = protected_until(job, self.policy)
         if job.max_runtime is not None:
             ends = min(ends, job.start_time + job.max_runtime)
         return None if math.isinf(ends) else ends + grace_for(job, self.policy)

@@ -143,12 +143,16 @@ class PendingJob:
     priority: int = PRIORITY_NORMAL
     cpus: int = 0
     memory_gib: int = 0
-    # GPUs this job preempted and that stay reserved for it during the
-    # victims' grace period (rule 4).
+    # GPUs held for this job since it preempted (or moved) jobs to make room
+    # (rule 4): free ones, and those its victims still hold. The claim lasts
+    # across ticks until the job starts, is cancelled, or the core drops it
+    # with a recorded reason (`Decisions.earmark_drops`).
     earmarked_gpus: tuple[str, ...] = ()
     # A MIG instance of this profile (`mig.PROFILES`) instead of a whole GPU or
     # a fraction: a 1-GPU job; `gpu_milli` then becomes the profile's share.
     mig_profile: str = ""
+    # Times it was preempted (requeued) so far: its next run is protected longer (`protection`).
+    preemptions: int = 0
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -189,6 +193,8 @@ class RunningJob:
     # `gpu_milli` then becomes the profile's share.
     mig_profile: str = ""
     mig_start: int | None = None
+    # Times it was preempted before this run started: this run is protected longer (`protection`).
+    preemptions: int = 0
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -198,9 +204,24 @@ class RunningJob:
     def allocated(self) -> bool:
         return self.min_runtime > 0
 
-    @property
-    def protected_until(self) -> float:
-        return self.start_time + self.min_runtime
+
+def protection(min_runtime: float, preemptions: int, policy: Policy) -> float:
+    """How long a run can't be preempted for fairness: the contract, with the bound on churn.
+
+    A job's minimum runtime, doubled for every time it was preempted before
+    this run, but never beyond the cluster's cap on minimum runtime — so a job
+    preempted again and again is soon protected for the cap, and rule 5's
+    bound (cap + grace + tick) holds. Unallocated jobs get none.
+    """
+    if min_runtime <= 0:
+        return 0.0
+    grown = min_runtime * (1 << min(preemptions, 32))
+    return max(min_runtime, min(grown, policy.max_min_runtime))
+
+
+def protected_until(job: RunningJob, policy: Policy) -> float:
+    """When a running job's protection ends (for an allocated job; its start for an unallocated one)."""
+    return job.start_time + protection(job.min_runtime, job.preemptions, policy)
 
 
 @dataclass(frozen=True)
@@ -282,6 +303,14 @@ class PendingStatus:
 
 
 @dataclass(frozen=True)
+class EarmarkDrop:
+    """A claim on GPUs (rule 4) that no longer holds, and why: its GPUs are free for others again."""
+
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class HostChange:
     host: str
     state: str
@@ -300,3 +329,8 @@ class Decisions:
     unit_ratios: dict[str, float] = field(default_factory=dict)
     # MIG GPUs whose layout changes this tick (applied before the starts).
     mig_layouts: tuple[MigLayout, ...] = ()
+    # Every pending job's claim on GPUs after this tick (rule 4): job id -> GPU ids, sorted. The caller
+    # keeps them and passes them back as `PendingJob.earmarked_gpus`; a job not here holds none.
+    earmarks: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Claims given up this tick, with the reason (a host went down, a victim would not stop, ...).
+    earmark_drops: tuple[EarmarkDrop, ...] = ()

@@ -44,7 +44,7 @@ from typing import TypeVar
 
 from . import mig as mig_geometry
 from .capacity import NOTHING, Capacity, Group, HostState, MigState, Pool, Release
-from .model import DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, Policy, Topology
+from .model import DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, Policy, Topology, protection
 from .packing import ShareCost, TargetWorkload, Task
 
 
@@ -61,11 +61,12 @@ def lanes(job: PendingJob, policy: Policy) -> tuple[bool, ...]:
     return (False,)
 
 
-def protected_for(job: PendingJob) -> float:
-    """How long a job can't be preempted once started: its minimum runtime, unless it must end sooner."""
+def protected_for(job: PendingJob, policy: Policy) -> float:
+    """How long a job can't be preempted once started (`model.protection`), unless it must end sooner."""
+    protected = protection(job.min_runtime, job.preemptions, policy)
     if job.max_runtime is None:
-        return job.min_runtime
-    return min(job.min_runtime, job.max_runtime)
+        return protected
+    return min(protected, job.max_runtime)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ class JobRequest:
             cpus=job.cpus,
             memory_gib=job.memory_gib,
             lanes=lanes(job, policy),
-            protected_for=protected_for(job),
+            protected_for=protected_for(job, policy),
             earmarked=job.earmarked_gpus,
             mig_profile=job.mig_profile if job.gpus == 1 else "",
         )
@@ -506,25 +507,42 @@ def pools_in(capacity: Capacity, sides: tuple[bool, ...], gpu_types: frozenset[s
     return pools
 
 
-def _on_earmarks(req: JobRequest, capacity: Capacity, host_ok: HostFilter) -> Placement | None:
-    """A job that preempted others starts on the GPUs they left, if it can."""
+def _on_earmarks(req: JobRequest, capacity: Capacity) -> Placement | None:
+    """A job that preempted others starts on the GPUs it claimed, once they are free.
+
+    The claim is its own: another job's reservation does not keep it out.
+    """
     hosts = sorted({capacity.gpu_host[g] for g in req.earmarked if g in capacity.gpu_host})
     hosts = [capacity.hosts[h] for h in hosts]
-    hosts = [h for h in hosts if h.schedulable and req.job_id in h.earmarked and host_ok(h)]
+    hosts = [h for h in hosts if h.schedulable and req.job_id in h.earmarked]
     if not hosts:
         return None
-    if req.shared or req.single_host(hosts[0].group.pool):
+    if req.shared:
+        for host in hosts:
+            gpu = host.earmarked[req.job_id][0]
+            used = host.milli_used.get(gpu)
+            if used is not None:
+                held = host.milli_held.get(req.job_id)
+                used -= held[1] if held is not None and held[0] == gpu else 0
+                if WHOLE_GPU_MILLI - used < req.milli:
+                    continue  # its victims still hold what it needs there
+            if room(host, req) >= 1:
+                return Placement(((host, 1),), (), shared_gpu=gpu)
+        return None
+    if req.single_host(hosts[0].group.pool):
         fitting = sorted((room(h, req), h.name, h) for h in hosts if room(h, req) >= req.gpus)
         if not fitting:
             return None
-        host = fitting[0][2]
-        shared = host.earmarked[req.job_id][0] if req.shared else None
-        return Placement(((host, req.gpus),), (), shared_gpu=shared)
+        return Placement(((fitting[0][2], req.gpus),), ())
     for group in sorted({h.group for h in hosts}, key=lambda g: g.domain):
-        plan = plan_in_group(group, req, req.gpus, host_ok)
+        plan = plan_in_group(group, req, req.gpus, _any_host)
         if plan is not None:
             return Placement(tuple(sorted(plan, key=lambda p: p[0].name)), ())
     return None
+
+
+def _any_host(host: HostState) -> bool:
+    return True
 
 
 def find_placement(req: JobRequest, capacity: Capacity, host_ok: HostFilter) -> Placement | None:
@@ -534,7 +552,7 @@ def find_placement(req: JobRequest, capacity: Capacity, host_ok: HostFilter) -> 
     if req.mig_profile:
         return _mig_placement(req, capacity, host_ok)
     if req.earmarked:
-        placement = _on_earmarks(req, capacity, host_ok)
+        placement = _on_earmarks(req, capacity)
         if placement is not None:
             return placement
     if req.shared:

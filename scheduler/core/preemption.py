@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
 from .fairshare import UnitNode, UnitTree, gpu_amount, may_take_from
-from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, RunningJob
+from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, Policy, RunningJob, protected_until
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
 
 
@@ -79,6 +79,8 @@ class VictimPlan:
     parts: tuple[tuple[HostState, int], ...]
     # GPUs each part's host gets back from the victims.
     released: dict[str, int]
+    # A fraction: the GPU it will share once they have left.
+    gpu: str | None = None
 
 
 @dataclass(eq=False)
@@ -122,7 +124,7 @@ class Victims:
     """The running jobs rule 4 may preempt this tick, in preference order."""
 
     def __init__(self, running: tuple[RunningJob, ...], tree: UnitTree, capacity: Capacity,
-                 leaving: set[str], now: float):
+                 leaving: set[str], now: float, policy: Policy):
         self.capacity = capacity
         blocks: dict[tuple[bool, str], Block] = {}
         start_ratio = {name: node.ratio for name, node in tree.nodes.items()}
@@ -132,7 +134,7 @@ class Victims:
             # A MIG instance frees no whole GPU and no fraction; MIG jobs don't preempt either.
             if job.mig_profile:
                 continue
-            if job.allocated and now < job.protected_until:
+            if job.allocated and now < protected_until(job, policy):
                 continue
             candidate = Candidate.of(job, capacity, now)
             if not candidate.parts:
@@ -332,6 +334,8 @@ class _Search:
                 release = extra.get(host.name)
                 if release is not None:
                     freed += release.gpus
+                if req.earmarked:
+                    freed += len(host.earmarked.get(req.job_id, ()))
             if where.free + freed < req.gpus:
                 return False
             return plan_in_group(where, req, req.gpus, self.usable, extra) is not None
@@ -374,7 +378,8 @@ class _Search:
                 for gpu, milli in candidate.milli.items():
                     self.milli[gpu] -= milli
         released = {name: release.gpus for name, release in self.extra.items()}
-        return VictimPlan(tuple(Victim(c.job, sides) for c, sides in kept), self._parts(scope), released)
+        gpu = scope[1] if scope[0] == "gpu" else None
+        return VictimPlan(tuple(Victim(c.job, sides) for c, sides in kept), self._parts(scope), released, gpu)
 
     def _parts(self, scope: Scope) -> tuple[tuple[HostState, int], ...]:
         kind, where = scope

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .capacity import NOTHING, Capacity, HostState, Release
 from .fairshare import UnitNode, UnitTree, may_take_from
-from .model import DOMAIN, PREEMPTING, Policy, RunningJob
+from .model import DOMAIN, PREEMPTING, Policy, RunningJob, protected_until
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
 
 
@@ -56,7 +56,7 @@ class LeaveTimes:
             else:
                 if job.project not in may:
                     may[job.project] = may_take_from(gainer, self.tree.nodes[job.project], charge) is not None
-                could_go = max(self.now, job.protected_until) if may[job.project] else math.inf
+                could_go = max(self.now, protected_until(job, self.policy)) if may[job.project] else math.inf
             if job.max_runtime is not None:
                 could_go = min(could_go, max(self.now, job.start_time + job.max_runtime))
             return could_go + grace_for(job, self.policy)

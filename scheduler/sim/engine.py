@@ -134,7 +134,7 @@ class Run:
         self.tenure: float | None = None
         self.planned_end = math.inf
         self.lost = 0.0
-        # GPUs of jobs this one preempted that are still in their grace period.
+        # GPUs claimed for it since it preempted jobs (rule 4), as the core last decided.
         self.earmarks: set[str] = set()
         self.next_checkpoint: float | None = None
         self.stop_cause = ""
@@ -295,6 +295,9 @@ class Simulation:
         self.unit_names = {unit.name for unit in units}
         self.lane_of = {gpu: host.fast_lane for host in cluster.topology.hosts for gpu in host.gpus}
         self.withheld = 0
+        # Pending jobs holding a claim on GPUs (rule 4), and claims the core dropped.
+        self.claimants: set[str] = set()
+        self.earmark_drops = 0
         self.base_usage = {unit.name: unit.allocated_usage for unit in units}
         self._tree_key: tuple | None = None
         self._tree_cached: UnitTree | None = None
@@ -501,10 +504,6 @@ class Simulation:
         self.core_seconds += wallclock.perf_counter() - began
         self.core_calls += 1
         self._apply(decisions, when)
-        if decisions.preemptions:
-            # The free GPUs a preemption plan counted on are held for the preemptor during that tick only
-            # (the snapshot keeps the victims' GPUs as its earmarks, as live): the next tick may decide anew.
-            self._changed(when)
         if self.recheck > 0 and self.pending:
             self.allowed_at_call = self._allowed_pairs(when, self._tick_charges(decisions))
         self._schedule_recheck(when)
@@ -749,7 +748,7 @@ class Simulation:
 
     def _preemptible_running(self) -> bool:
         for job in self.running.values():
-            if job.state == core.RUNNING and (not job.allocated or job.protected_until <= self.now):
+            if job.state == core.RUNNING and (not job.allocated or core.protected_until(job, self.policy) <= self.now):
                 return True
         return False
 
@@ -786,6 +785,18 @@ class Simulation:
             host = self.hosts[change.host]
             if host.state == core.DRAINING and change.state == core.DRAINED:
                 self._set_host(change.host, core.DRAINED)
+        # Claims on GPUs (rule 4) are kept as the core left them, as the live tick stores them.
+        claims = decisions.earmarks
+        for job_id in sorted(self.claimants | set(claims)):
+            run = self.by_id[job_id]
+            claim = set(claims.get(job_id, ())) if run.state == PENDING else set()
+            if claim != run.earmarks:
+                run.earmarks = claim
+                if run.state == PENDING:
+                    run.pending = self._pending_job(run)
+                    self.pending[job_id] = run.pending
+        self.claimants = {job_id for job_id in claims if self.by_id[job_id].state == PENDING}
+        self.earmark_drops += len(decisions.earmark_drops)
         at_head = {r.job_id for r in decisions.reservations} | {p.preemptor for p in decisions.preemptions
                                                                 if p.preemptor}
         for job_id in self.at_head - at_head:
@@ -811,7 +822,7 @@ class Simulation:
             job.id, job.project, job.gpus, job.min_runtime, job.resumable, job.submit, job.seq, user=job.user,
             gpus_per_host=job.gpus_per_host, gpu_milli=job.gpu_milli, gpu_types=job.gpu_types,
             topology=job.topology, max_runtime=job.max_runtime, priority=job.priority, cpus=job.cpus,
-            memory_gib=job.memory_gib, earmarked_gpus=tuple(sorted(run.earmarks)),
+            memory_gib=job.memory_gib, earmarked_gpus=tuple(sorted(run.earmarks)), preemptions=run.preemptions,
         )
 
     def _submit(self, run: Run, when: float) -> None:
@@ -852,7 +863,7 @@ class Simulation:
             gpu_milli=milli, topology=job.topology, max_runtime=job.max_runtime, priority=job.priority,
             cpus=job.cpus, memory_gib=job.memory_gib,
             # A job that resumes exactly has lost nothing at any moment: checkpointed through its end.
-            last_checkpoint=run.planned_end if exact else None, host=host,
+            last_checkpoint=run.planned_end if exact else None, host=host, preemptions=run.preemptions,
         )
         self.running[job.id] = run.running
         if log:
@@ -867,8 +878,9 @@ class Simulation:
             self.running_gpu_starts[job.project] = self.running_gpu_starts.get(job.project, 0.0) + run.amount * when
             heapq.heappush(self.running_starts, (when, run.index, run, run.version))
         self._push(run.planned_end, LEAVE, run, FINISH, run.version)
-        if job.allocated and when + job.min_runtime < run.planned_end:
-            self._push(when + job.min_runtime, WAKE, run, "protection", run.version)
+        protected = core.protected_until(run.running, self.policy)
+        if job.allocated and protected < run.planned_end:
+            self._push(protected, WAKE, run, "protection", run.version)
         if job.max_runtime is not None and when + job.max_runtime < run.planned_end:
             self._push(when + job.max_runtime, WAKE, run, "max_runtime", run.version)
         if not exact:
@@ -882,7 +894,6 @@ class Simulation:
             return
         self._log(when, run.job.id, "preempt", preemption.cause)
         run.stop_cause = preemption.cause
-        gainer = self.by_id.get(preemption.preemptor or "")
         if preemption.cause != "max_runtime":
             run.preemptions += 1
         if preemption.cause == "defrag":
@@ -903,10 +914,6 @@ class Simulation:
         self.running[run.job.id] = run.running
         if run.grace_ends < run.planned_end:
             self._push(run.grace_ends, LEAVE, run, GRACE_END, run.version)
-        if gainer is not None and gainer.state == PENDING:
-            gainer.earmarks.update(run.gpu_ids)
-            gainer.pending = self._pending_job(gainer)
-            self.pending[gainer.job.id] = gainer.pending
 
     def _not_preemptible(self, run: Run) -> None:
         """A running job stops being one rule 4 may take (it is preempted or ends)."""
@@ -948,11 +955,6 @@ class Simulation:
         self.window.add(job.project, job.allocated, run.amount, run.start, when)
         del self.running[job.id]
         run.running = None
-        gainer = self.by_id.get(run.preempted_for or "")
-        if gainer is not None and gainer.state == PENDING and gainer.earmarks:
-            gainer.earmarks.difference_update(run.gpu_ids)
-            gainer.pending = self._pending_job(gainer)
-            self.pending[gainer.job.id] = gainer.pending
         run.preempted_for = None
         run.grace_ends = None
         stop_cause, run.stop_cause = run.stop_cause, ""

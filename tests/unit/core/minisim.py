@@ -2,8 +2,9 @@
 
 It applies decisions the way the live tick does: starts become running jobs,
 preempted ones enter their grace period and then leave (requeued with their
-original submit time if resumable, their GPUs earmarked for the preemptor),
-jobs finish after their duration, and usage in the window is fed back.
+original submit time if resumable), every pending job's claim on GPUs
+(`Decisions.earmarks`) is kept and passed back at the next tick, jobs finish
+after their duration, and usage in the window is fed back.
 """
 
 from __future__ import annotations
@@ -68,6 +69,10 @@ class MiniCluster:
             self.running[job.id] = replace(job, state=PREEMPTING, preempted_for=preemption.preemptor,
                                            grace_ends=self.now + preemption.grace)
             self._requeue_flags[job.id] = preemption.requeue
+        for job_id, job in list(self.pending.items()):
+            claim = decisions.earmarks.get(job_id, ())
+            if job.earmarked_gpus != claim:
+                self.pending[job_id] = replace(job, earmarked_gpus=claim)
         for start in decisions.starts:
             job = self.pending.pop(start.job_id)
             self.running[job.id] = RunningJob(
@@ -95,9 +100,6 @@ class MiniCluster:
         gpus = len(job.gpu_ids) if len(job.gpu_ids) != 1 else job.gpu_milli / 1000
         self.history.append(Interval(job.project, gpus, job.start_time, when, job.allocated))
         self.done[job.id] = self.done.get(job.id, 0.0) + when - job.start_time
-        preemptor = self.pending.get(job.preempted_for or "")
-        if preemptor is not None:
-            self.pending[preemptor.id] = replace(preemptor, earmarked_gpus=preemptor.earmarked_gpus + job.gpu_ids)
         if requeue and job.id not in self.finished:
             self.pending[job.id] = PendingJob(
                 job.id, job.project, len(job.gpu_ids), job.min_runtime, job.resumable, job.submit_time, job.seq,

@@ -26,6 +26,7 @@ from scheduler.core import (
     Snapshot,
     Topology,
     Unit,
+    protected_until,
     schedule,
 )
 from scheduler.core.capacity import per_host_share
@@ -98,6 +99,7 @@ def snapshots(draw) -> Snapshot:
                 max_runtime=draw(st.sampled_from([None, None, min_runtime + HOUR])),
                 last_checkpoint=draw(st.sampled_from([None, NOW - 60])),
                 state=PREEMPTING if preempting else RUNNING, grace_ends=NOW + 30 if preempting else None,
+                preemptions=draw(st.sampled_from([0, 0, 1, 3])),
             ))
     pending = []
     for i in range(draw(st.integers(0, 14))):
@@ -196,12 +198,17 @@ def test_it_starts_jobs_only_on_up_hosts_and_domain_jobs_in_one_domain(snapshot:
 @SETTINGS
 @given(snapshots())
 def test_no_allocated_job_is_preempted_before_its_minimum_runtime_unless_its_host_is_down(snapshot: Snapshot) -> None:
+    """Nor before its protection, which doubles with each earlier preemption up to the cap (the churn bound)."""
     decisions = schedule(snapshot, now=NOW, policy=POLICY)
     running = {j.id: j for j in snapshot.running}
     for preemption in decisions.preemptions:
         job = running[preemption.job_id]
-        if job.allocated and NOW < job.protected_until:
-            assert preemption.cause.startswith("down:"), preemption
+        protected = min(POLICY.max_min_runtime, job.min_runtime * 2 ** job.preemptions)
+        assert protected_until(job, POLICY) == job.start_time + max(job.min_runtime, protected)
+        if job.allocated and NOW < protected_until(job, POLICY):
+            # Only its host going down ends it early, or the maximum runtime it declared itself.
+            at_limit = job.max_runtime is not None and NOW >= job.start_time + job.max_runtime
+            assert preemption.cause.startswith("down:") or (preemption.cause == "max_runtime" and at_limit), preemption
         assert job.state == RUNNING or preemption.cause.startswith("down:"), "preempted twice"
 
 
