@@ -36,8 +36,8 @@ from .model import (
     Start,
     Topology,
     Unit,
-    protection,
     protected_until,
+    protection,
 )
 from .placement import choose_fast_lane_hosts
 

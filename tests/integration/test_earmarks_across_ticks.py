@@ -13,7 +13,7 @@ import time_machine
 
 from scheduler.choices import EventKind
 from scheduler.models import Job
-from scheduler.services import job_end_run, job_cancel
+from scheduler.services import job_cancel, job_end_run
 from scheduler.tick import run_tick
 from tests.factories import make_job
 from topology.choices import HostState
