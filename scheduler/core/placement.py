@@ -534,8 +534,14 @@ def _on_earmarks(req: JobRequest, capacity: Capacity) -> Placement | None:
         if not fitting:
             return None
         return Placement(((fitting[0][2], req.gpus),), ())
-    for group in sorted({h.group for h in hosts}, key=lambda g: g.domain):
+    groups = sorted({h.group for h in hosts}, key=lambda g: g.domain)
+    for group in groups:
         plan = plan_in_group(group, req, req.gpus, _any_host)
+        if plan is not None:
+            return Placement(tuple(sorted(plan, key=lambda p: p[0].name)), ())
+    if req.topology != DOMAIN and len(groups) > 1:
+        # A claim across domains (a job larger than any one of them): on as few of them as it can.
+        plan = plan_across_groups(groups, req, _any_host)
         if plan is not None:
             return Placement(tuple(sorted(plan, key=lambda p: p[0].name)), ())
     return None

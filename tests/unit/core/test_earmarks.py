@@ -194,3 +194,16 @@ def test_every_preemption_is_followed_by_its_preemptors_start_unless_a_recorded_
 def _with_state(topo, host_name: str, state: str):
     hosts = tuple(replace(h, state=state) if h.name == host_name else h for h in topo.hosts)
     return replace(topo, hosts=hosts)
+
+
+def test_a_job_larger_than_any_domain_starts_on_a_claim_across_domains() -> None:
+    """A 16-GPU `preferred` job claims two 8-GPU servers; once both victims have left it starts on them."""
+    topo = topology(hgx("hgx-00"), hgx("hgx-01"))
+    claim = gpus_of("hgx-00-h01", 8) + gpus_of("hgx-01-h01", 8)
+    snap = snapshot(topo, ORG, pending_jobs=[
+        pending("q-wide", "q", 16, topology="preferred", submit_time=DAY - 60, seq=2, earmarked_gpus=claim),
+        pending("p-small", "p", 8, submit_time=0, seq=1),
+    ])
+    decisions = schedule(snap, now=DAY, policy=POLICY)
+    assert [(s.job_id, set(s.gpu_ids)) for s in decisions.starts] == [("q-wide", set(claim))]
+    assert decisions.earmark_drops == ()
