@@ -548,7 +548,7 @@ def _side(inputs: WhatIfInputs, units: tuple[CoreUnit, ...], jobs: tuple[SimJob,
           ) -> tuple[dict, dict]:
     began = time.perf_counter()
     result = simulate(inputs.cluster, units, inputs.jobs if jobs is None else jobs, decide=schedule,
-                      policy_name=POLICY, initial=inputs.initial, until=HORIZON, recheck=RECHECK_SECONDS)
+                      policy_name=POLICY, initial=inputs.initial, until=HORIZON)
     tracker = result.tracker
     waits = _waits(result)
     measures = unit_measures(units, used=tracker.used_by_project(), waits=waits,

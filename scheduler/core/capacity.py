@@ -261,9 +261,11 @@ class Capacity:
         for domain in topology.domains:
             for name in domain.hosts:
                 self.domain_of[name] = domain.name
+        # Pending job id -> the GPUs of its claim it holds here, and its stand-in among the hosts' jobs.
+        self._claim_jobs: list[tuple[HostState, RunningJob]] = []
         self._hold_running(running)
-        self._hold_earmarks(pending, running, now)
         self._build_pools()
+        self.apply_claims(pending, running, now)
 
     # ------------------------------------------------------------ building
 
@@ -311,14 +313,15 @@ class Capacity:
                 state.blocked = True  # an instance the snapshot's layout contradicts: touch nothing
         state.held[instance] = job.id
 
-    def _hold_earmarks(self, pending: tuple[PendingJob, ...], running: tuple[RunningJob, ...], now: float) -> None:
+    def apply_claims(self, pending, running, now: float) -> None:
         """GPUs claimed by a pending job are its own (rule 4, `earmarks.py`).
 
         Free claimed GPUs leave the free list. A fraction's claim on a GPU
         others share holds the milli-GPU its victims will not give back. A GPU
         claimed twice goes to the job first in submission order. On hosts that
         take jobs, the owner counts as running there from now, so that
-        reservations see when those GPUs could come back.
+        reservations see when those GPUs could come back. `clear_claims` undoes
+        all of it (a kept state re-applies the claims at every tick).
         """
         owners = [job for job in pending if job.earmarked_gpus]
         if not owners:
@@ -336,22 +339,42 @@ class Capacity:
                 if host is None:
                     continue
                 if gpu in host.free:
-                    host.free.remove(gpu)
-                    host.earmarked.setdefault(job.id, []).append(gpu)
+                    self._earmark_gpu(job.id, host, gpu)
                     if host.state == UP:
                         held.append(gpu)
                 elif shared and gpu in host.milli_used and job.id not in host.milli_held:
-                    used = host.milli_used[gpu]
-                    hold = min(job.gpu_milli - leaving.get((job.id, gpu), 0), WHOLE_GPU_MILLI - used)
-                    if hold > 0:
-                        host.milli_used[gpu] = used + hold
-                        host.milli_held[job.id] = (gpu, hold)
-                    host.earmarked.setdefault(job.id, []).append(gpu)
+                    hold = job.gpu_milli - leaving.get((job.id, gpu), 0)
+                    self.hold_milli(job.id, host, gpu, hold)
+                    host.earmarked.setdefault(job.id, [gpu])
             if held:
                 as_running = RunningJob(job.id, job.project, tuple(held), now, job.min_runtime, job.resumable,
                                         job.submit_time, job.seq, max_runtime=job.max_runtime)
                 for host, _ in self._hosts_of(as_running):
                     host.jobs.append(as_running)
+                    self._claim_jobs.append((host, as_running))
+
+    def _earmark_gpu(self, job_id: str, host: HostState, gpu: str) -> None:
+        group = host.group
+        if group is None:
+            host.free.remove(gpu)
+        else:
+            group.pool.unindex(group)
+            before = len(host.free)
+            host.free.remove(gpu)
+            self._refile(host, before)
+            group.pool.index(group)
+        host.earmarked.setdefault(job_id, []).append(gpu)
+
+    def clear_claims(self) -> None:
+        """Every claim's hold on free GPUs and milli-GPU let go, and the claimants' stand-ins removed."""
+        for host, stand_in in self._claim_jobs:
+            host.jobs.remove(stand_in)
+        self._claim_jobs = []
+        for host in self.hosts.values():
+            if host.earmarked or host.milli_held:
+                for job_id in sorted(set(host.earmarked) | set(host.milli_held)):
+                    self.release_earmarks(job_id, host.earmarked.get(job_id, ()) or
+                                          [host.milli_held[job_id][0]])
 
     def _build_pools(self) -> None:
         members: dict[tuple[str, bool, str], list[HostState]] = {}
@@ -377,6 +400,138 @@ class Capacity:
             pool.free += group.free
             pool.largest_group = max(pool.largest_group, group.capacity)
             pool.index(group)
+
+    def prepare_tick(self, running, pending, mig_demand: Counter) -> None:
+        """What a tick reads besides the holdings: the jobs (fractions are scored against them) and the MIG
+        demand (new layouts are chosen for it)."""
+        self.running, self.pending = running, pending
+        self.share_cost = None
+        self.mig_demand = mig_demand if self.mig else Counter()
+        self._layouts = {}
+
+    def signature(self) -> tuple:
+        """Everything a decision can read here, in a canonical form (a kept state is compared with a fresh one)."""
+        hosts = tuple(
+            (h.name, h.state, h.gpu_count, tuple(h.free), h.cpus_free, h.memory_free, tuple(sorted(h.milli_used.items())),
+             tuple(sorted((k, tuple(v)) for k, v in h.earmarked.items())), tuple(sorted(h.milli_held.items())),
+             tuple(sorted(j.id for j in h.jobs)), h.group.domain if h.group is not None else None,
+             h.reserved_until, h.reserved_for)
+            for h in self.hosts.values()
+        )
+        pools = tuple(
+            (key, pool.largest_host, pool.largest_group, pool.free, tuple(pool.used), tuple(pool.empty),
+             tuple(sorted((c, tuple(e)) for c, e in pool.used_by_host_free.items() if e)),
+             tuple(sorted((c, tuple(e)) for c, e in pool.empty_by_host_free.items() if e)), tuple(pool.shared),
+             tuple((g.domain, g.capacity, g.free, tuple(sorted((c, tuple(h.name for h in hs))
+                                                                for c, hs in g.hosts_by_free.items())))
+                   for g in pool.groups.values()))
+            for key, pool in sorted(self.pools.items())
+        )
+        held = tuple(sorted((job_id, tuple((h.name, c) for h, c in parts)) for job_id, parts in self.held.items()))
+        mig = tuple((gpu, m.layout, tuple(sorted(m.held.items())), m.blocked) for gpu, m in sorted(self.mig.items()))
+        return hosts, pools, held, mig
+
+    # ------------------------------------------------------------ a kept state's events (state.py)
+
+    def add_running(self, job: RunningJob) -> None:
+        """A job holds its GPUs, CPUs and memory from now on (as `_hold_running` does at build time)."""
+        gpus = len(job.gpu_ids)
+        on_mig = bool(job.mig_profile)
+        shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+        held = self.held[job.id] = []
+        for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
+            host = self.hosts.get(name)
+            if host is None:
+                continue
+            held.append((host, len(gpu_ids)))
+            host.jobs.append(job)
+            if job.cpus and host.cpus_free is not None:
+                host.cpus_free -= per_host_share(job.cpus, len(gpu_ids), gpus)
+            if job.memory_gib and host.memory_free is not None:
+                host.memory_free -= per_host_share(job.memory_gib, len(gpu_ids), gpus)
+            if on_mig:
+                self._hold_instance(job, gpu_ids)
+                continue
+            group = host.group
+            if group is not None:
+                group.pool.unindex(group)
+            before = len(host.free)
+            if shared:
+                gpu = gpu_ids[0]
+                used = host.milli_used.get(gpu)
+                if used is None:
+                    if gpu in host.free:
+                        host.free.remove(gpu)
+                    used = 0
+                elif group is not None and used < WHOLE_GPU_MILLI:
+                    _remove(group.pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+                used += job.gpu_milli
+                host.milli_used[gpu] = used
+                if group is not None and used < WHOLE_GPU_MILLI:
+                    insort(group.pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+            else:
+                for gpu in gpu_ids:
+                    if gpu in self.mig:
+                        self.mig[gpu].blocked = True
+                taken = set(gpu_ids)
+                host.free = [g for g in host.free if g not in taken]
+            if group is not None:
+                self._refile(host, before)
+                group.pool.index(group)
+
+    def remove_running(self, job: RunningJob) -> None:
+        """A job's run has ended: what it held is free again."""
+        gpus = len(job.gpu_ids)
+        on_mig = bool(job.mig_profile)
+        shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+        self.held.pop(job.id, None)
+        for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
+            host = self.hosts.get(name)
+            if host is None:
+                continue
+            host.jobs = [j for j in host.jobs if j.id != job.id]
+            if job.cpus and host.cpus_free is not None:
+                host.cpus_free += per_host_share(job.cpus, len(gpu_ids), gpus)
+            if job.memory_gib and host.memory_free is not None:
+                host.memory_free += per_host_share(job.memory_gib, len(gpu_ids), gpus)
+            if on_mig:
+                state = self.mig.get(gpu_ids[0]) if gpu_ids else None
+                if state is not None and state.held.get((job.mig_profile, job.mig_start)) == job.id:
+                    del state.held[(job.mig_profile, job.mig_start)]
+                continue
+            group = host.group
+            if group is not None:
+                group.pool.unindex(group)
+            before = len(host.free)
+            if shared:
+                gpu = gpu_ids[0]
+                used = host.milli_used.get(gpu)
+                if used is not None:
+                    if group is not None and used < WHOLE_GPU_MILLI:
+                        _remove(group.pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+                    used -= job.gpu_milli
+                    if used > 0:
+                        host.milli_used[gpu] = used
+                        if group is not None:
+                            insort(group.pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
+                    else:
+                        del host.milli_used[gpu]
+                        if self.gpu_host.get(gpu) == host.name:
+                            self._free_gpu(host, gpu)
+            else:
+                for gpu in gpu_ids:
+                    if gpu in self.mig:
+                        self.mig[gpu].blocked = False
+                    elif self.gpu_host.get(gpu) == host.name:
+                        self._free_gpu(host, gpu)
+            if group is not None:
+                self._refile(host, before)
+                group.pool.index(group)
+
+    def replace_running(self, job: RunningJob) -> None:
+        """The same run with other facts (preempting, a checkpoint): what it holds does not change."""
+        for host, _ in self.held.get(job.id, ()):
+            host.jobs = [job if j.id == job.id else j for j in host.jobs]
 
     # ------------------------------------------------------------ queries
 
@@ -537,19 +692,26 @@ class Capacity:
         return taken
 
     def hold_milli(self, job_id: str, host: HostState, gpu: str, milli: int) -> None:
-        """Hold milli-GPU of a shared GPU for a fraction that preempted others there (rule 4)."""
-        host.earmarked.setdefault(job_id, [gpu])
+        """Hold milli-GPU of a shared GPU for a fraction that preempted others there (rule 4).
+
+        A GPU a whole-GPU victim still holds needs no hold: nobody else can take it before it is free, and
+        then the claim earmarks it whole.
+        """
         used = host.milli_used.get(gpu)
-        if used is None or milli <= 0 or host.group is None:
+        if used is None:
             return
-        milli = min(milli, WHOLE_GPU_MILLI - used)
-        pool = host.group.pool
-        if used < WHOLE_GPU_MILLI:
+        host.earmarked.setdefault(job_id, [gpu])
+        milli = max(0, min(milli, WHOLE_GPU_MILLI - used))
+        if milli == 0:
+            host.milli_held[job_id] = (gpu, 0)
+            return
+        pool = host.group.pool if host.group is not None else None
+        if pool is not None and used < WHOLE_GPU_MILLI:
             _remove(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
         used += milli
         host.milli_used[gpu] = used
         host.milli_held[job_id] = (gpu, milli)
-        if used < WHOLE_GPU_MILLI:
+        if pool is not None and used < WHOLE_GPU_MILLI:
             insort(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
 
     def release_earmarks(self, job_id: str, gpu_ids) -> None:
@@ -558,7 +720,7 @@ class Capacity:
         for host in (self.hosts[name] for name in names):
             gpus = host.earmarked.pop(job_id, None)
             held = host.milli_held.pop(job_id, None)
-            if held is not None:
+            if held is not None and held[1] > 0:
                 gpu, milli = held
                 group = host.group
                 used = host.milli_used[gpu]
@@ -567,7 +729,8 @@ class Capacity:
                 host.milli_used[gpu] = used - milli
                 if group is not None:
                     insort(group.pool.shared, (WHOLE_GPU_MILLI - used + milli, host.name, gpu))
-                gpus = [g for g in gpus or () if g != gpu]
+            # A GPU shared with others is not free: only whole GPUs held for the claim go back to the free list.
+            gpus = [g for g in gpus or () if g not in host.milli_used]
             if not gpus:
                 continue
             group = host.group

@@ -18,50 +18,34 @@ claim is dropped with a reason the caller records, when
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-from .model import PREEMPTING, UP, WHOLE_GPU_MILLI, EarmarkDrop, PendingJob, Policy, Snapshot
+from .capacity import Capacity
+from .model import PREEMPTING, UP, WHOLE_GPU_MILLI, EarmarkDrop, PendingJob, Policy
 from .reasons import format_duration, job_list, plural
 
 
-def check_earmarks(snapshot: Snapshot, *, now: float, policy: Policy) -> tuple[Snapshot, list[EarmarkDrop]]:
-    """The snapshot with the claims that no longer hold taken away, and why each was dropped."""
-    claimants = [job for job in snapshot.pending if job.earmarked_gpus]
-    if not claimants:
-        return snapshot, []
-    claimed = {gpu for job in claimants for gpu in job.earmarked_gpus}
-    holders: dict[str, list] = {}
-    for running in snapshot.running:
-        for gpu in running.gpu_ids:
-            if gpu in claimed:
-                holders.setdefault(gpu, []).append(running)
-    hosts = {host.name: host for host in snapshot.topology.hosts}
+def check_claims(claimants, capacity: Capacity, *, now: float, policy: Policy) -> list[EarmarkDrop]:
+    """The claims that no longer hold, and why (claims not yet applied to `capacity`)."""
     drops: list[EarmarkDrop] = []
-    dropped: set[str] = set()
     for job in sorted(claimants, key=lambda j: (j.seq, j.id)):
-        reason = _broken(job, hosts, holders, now, policy)
+        reason = _broken(job, capacity, now, policy)
         if reason:
             drops.append(EarmarkDrop(job.id, f"the GPUs held for it are free for others again: {reason}"))
-            dropped.add(job.id)
-    if not dropped:
-        return snapshot, []
-    pending = tuple(replace(job, earmarked_gpus=()) if job.id in dropped else job for job in snapshot.pending)
-    return replace(snapshot, pending=pending), drops
+    return drops
 
 
-def _broken(job: PendingJob, hosts: dict, holders: dict[str, list], now: float, policy: Policy) -> str:
+def _broken(job: PendingJob, capacity: Capacity, now: float, policy: Policy) -> str:
     """Why a claim no longer holds ("" if it does)."""
     shared = job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI and not job.mig_profile
     stuck: list[str] = []
     for gpu in job.earmarked_gpus:
-        host = hosts.get(gpu.rsplit(":", 1)[0])
+        host = capacity.hosts.get(gpu.rsplit(":", 1)[0])
         if host is None:
             return f"GPU {gpu} is not in the cluster any more"
         if host.state != UP:
             return f"host {host.name} is {host.state}"
-        if gpu not in host.gpus:
+        if capacity.gpu_host.get(gpu) != host.name:
             return f"GPU {gpu} is not healthy"
-        for holder in holders.get(gpu, ()):
+        for holder in sorted((j for j in host.jobs if gpu in j.gpu_ids), key=lambda j: (j.seq, j.id)):
             if shared and holder.gpu_milli < WHOLE_GPU_MILLI and holder.preempted_for != job.id:
                 continue  # another fraction on the same GPU: the claim is on the milli-GPU it needs
             if holder.state != PREEMPTING or holder.preempted_for != job.id:

@@ -20,7 +20,7 @@ import math
 from bisect import bisect_left, insort
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import accumulate
 from operator import attrgetter
 
@@ -29,7 +29,7 @@ from . import reasons
 from .capacity import Capacity, HostState
 from .defrag import DefragPlan, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
-from .earmarks import check_earmarks
+from .earmarks import check_claims
 from .fairshare import FairShareWalk, UnitTree, gpu_amount
 from .model import (
     ANY,
@@ -65,6 +65,7 @@ from .placement import (
 )
 from .preemption import VictimPlan, Victims
 from .reservation import LeaveTimes, earliest_start, grace_for
+from .state import ClusterState, running_from
 
 # Rule 6: an unallocated start is charged this many seconds of its GPUs to its
 # units' unallocated usage for the rest of the tick, so one tick interleaves
@@ -74,8 +75,13 @@ UNALLOCATED_CHARGE_SECONDS = 3600.0
 
 def schedule(snapshot: Snapshot, *, now: float, policy: Policy) -> Decisions:
     """Decide one tick for `snapshot` at time `now`. Pure: same input, same output."""
+    return decide(ClusterState.from_snapshot(snapshot), now=now, policy=policy, commit=False)
+
+
+def decide(state: ClusterState, *, now: float, policy: Policy, commit: bool = True) -> Decisions:
+    """Decide one tick on a kept state; with `commit`, its starts, preemptions and claims become the state."""
     with collector_paused():
-        return _decide(snapshot, now, policy)
+        return _decide(state, now, policy, commit)
 
 
 @contextmanager
@@ -95,34 +101,44 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _decide(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
+def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> Decisions:
+    capacity = state.capacity
     # 0. Claims on GPUs from earlier preemptions that no longer hold are dropped, with the reason (rule 4).
-    snapshot, earmark_drops = check_earmarks(snapshot, now=now, policy=policy)
+    earmark_drops = check_claims(state.claimants.values(), capacity, now=now, policy=policy)
+    for drop in earmark_drops:
+        state.update_pending(replace(state.pending[drop.job_id], earmarked_gpus=()))
+    running = tuple(state.running.values())
 
-    # 1. Working capacity, the org tree and usage over the window (rule 1).
-    capacity = Capacity(snapshot.topology, snapshot.running, snapshot.pending, now)
-    projects = {job.project for job in snapshot.pending} | {job.project for job in snapshot.running}
-    tree = UnitTree(snapshot.units, projects, healthy_gpus=capacity.healthy_gpus, window=policy.window)
-    tree.add_window_usage(snapshot.units, snapshot.running, now=now, window=policy.window)
+    # 1. Working capacity (the claims held as of now), the org tree and usage over the window (rule 1).
+    capacity.apply_claims(tuple(state.claimants.values()), tuple(state.stopping.values()), now)
+    capacity.prepare_tick(running, state.pending.values(), state.mig_demand())
+    units = state.units_at(now)
+    tree = UnitTree(units, state.projects(), healthy_gpus=capacity.healthy_gpus, window=policy.window)
+    tree.add_window_usage(units, running, now=now, window=policy.window)
     unit_ratios = tree.ratios()
 
     # 2. Jobs that leave whatever waits: down hosts, maximum runtimes, drains (rule 7).
-    forced, leave_at = jobs_leaving(snapshot.running, capacity, now=now, policy=policy)
-    cycle = Cycle(snapshot, capacity, tree, leave_at, now, policy, earmark_drops)
+    forced, leave_at = jobs_leaving(running, capacity, now=now, policy=policy)
+    cycle = Cycle(running, state.claimants, state.recent_defrag_migrations(now), capacity, tree, leave_at, now,
+                  policy, earmark_drops)
+    try:
+        # 3. Allocated jobs in fair-share order: start, preempt, reserve, defragment (rules 2-5).
+        cycle.allocated_jobs(state.queues[True])
 
-    # 3. Allocated jobs in fair-share order: start, preempt, reserve, defragment (rules 2-5).
-    cycle.allocated_jobs([job for job in snapshot.pending if job.allocated])
+        # 4. Unallocated jobs fill what is left, in fair-share order of free time (rule 6).
+        cycle.unallocated_jobs(state.queues[False])
 
-    # 4. Unallocated jobs fill what is left, in fair-share order of free time (rule 6).
-    cycle.unallocated_jobs([job for job in snapshot.pending if not job.allocated])
+        # 5. Every job still pending: its reason, position and estimated start (rule 8), unless not asked for.
+        pending = cycle.statuses(unit_ratios) if policy.explain else {}
 
-    # 5. Every job still pending: its reason, position and estimated start (rule 8), unless not asked for.
-    pending = cycle.statuses(unit_ratios) if policy.explain else {}
+        # 6. Drains that are done, and the progress of the others.
+        host_changes = drain_progress(capacity, cycle.leave_at, now=now, policy=policy)
+    finally:
+        # The tick's working marks go; what it decided stays (a kept state commits it below).
+        cycle.release_reservations()
+        capacity.clear_claims()
 
-    # 6. Drains that are done, and the progress of the others.
-    host_changes = drain_progress(capacity, cycle.leave_at, now=now, policy=policy)
-
-    return Decisions(
+    decisions = Decisions(
         starts=tuple(cycle.starts),
         preemptions=tuple(forced + cycle.preemptions),
         reservations=tuple(cycle.reservations),
@@ -133,6 +149,10 @@ def _decide(snapshot: Snapshot, now: float, policy: Policy) -> Decisions:
         earmarks=cycle.earmarks(),
         earmark_drops=tuple(cycle.earmark_drops),
     )
+    if commit:
+        state.commit(decisions, cycle.started_runs, now)
+        state.held_back = bool(cycle.held_back())
+    return decisions
 
 
 # What happened to a job that did not start.
@@ -161,15 +181,16 @@ class Wait:
 class Cycle:
     """The state one tick decides on; see the module docstring."""
 
-    def __init__(self, snapshot: Snapshot, capacity: Capacity, tree: UnitTree, leave_at: dict[str, float],
-                 now: float, policy: Policy, earmark_drops: list[EarmarkDrop] = ()):
-        self.snapshot = snapshot
+    def __init__(self, running: tuple[RunningJob, ...], claimants: dict[str, PendingJob],
+                 recent_defrag_migrations: tuple[float, ...], capacity: Capacity, tree: UnitTree,
+                 leave_at: dict[str, float], now: float, policy: Policy, earmark_drops: list[EarmarkDrop] = ()):
+        self.running = running
         self.capacity = capacity
         self.tree = tree
         self.leave_at = leave_at
         self.now = now
         self.policy = policy
-        self.victims = Victims(snapshot.running, tree, capacity, set(leave_at), now, policy)
+        self.victims = Victims(running, tree, capacity, set(leave_at), now, policy)
         self.leave_times = LeaveTimes(tree, leave_at, now, policy)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
@@ -179,24 +200,32 @@ class Cycle:
         self.order: list[PendingJob] = []
         self.started: set[str] = set()
         self.started_jobs: list[RunningJob] = []
+        # Started job id -> its run and (host, GPUs there): what a kept state commits.
+        self.started_runs: dict[str, tuple[RunningJob, list]] = {}
         self.waits: dict[str, Wait] = {}
         self.in_flight: dict[str, list] = {}
         # A job whose claim was just dropped is decided anew: its old victims no longer count for it.
         dropped = {drop.job_id for drop in earmark_drops}
-        for job in sorted(snapshot.running, key=lambda j: (j.seq, j.id)):
+        for job in sorted(running, key=lambda j: (j.seq, j.id)):
             if (job.state == PREEMPTING and job.preempted_for is not None and job.id in leave_at
                     and job.preempted_for not in dropped):
                 self.in_flight.setdefault(job.preempted_for, []).append(job)
         # Jobs that may start although nothing else can: on earmarks, or waiting for victims.
-        self.owed = {job.id for job in snapshot.pending if job.earmarked_gpus or job.id in self.in_flight}
+        self.owed = set(claimants) | set(self.in_flight)
         # Rule 4's claims, carried from earlier ticks and made in this one: job id -> GPU ids.
-        self.claims: dict[str, set[str]] = {
-            job.id: set(job.earmarked_gpus) for job in snapshot.pending if job.earmarked_gpus
-        }
+        self.claims: dict[str, set[str]] = {job_id: set(job.earmarked_gpus) for job_id, job in claimants.items()}
+        # Rule 2 for jobs holding a claim: their GPUs are held for them, so their units are charged for them
+        # from the start of the tick, as if they had started (once: not again when they do).
+        self.precharged: set[str] = set()
+        for job_id, job in sorted(claimants.items()):
+            if job.allocated:
+                self.precharged.add(job_id)
+                for node in tree.nodes[job.project].path:
+                    node.usage += self._charge(job)
         self.earmark_drops: list[EarmarkDrop] = list(earmark_drops)
         # Rule 5 is tried for the first jobs that can't start, at most max_reservations of them.
         self.reservation_attempts = 0
-        self.defrag_budget = migrations_left(snapshot.recent_defrag_migrations, now, policy)
+        self.defrag_budget = migrations_left(recent_defrag_migrations, now, policy)
         self._requests: dict[str, JobRequest] = {}
         self._keys: dict[str, tuple[tuple, tuple, tuple]] = {}
         self._key_objects: dict[tuple, tuple] = {}
@@ -220,8 +249,8 @@ class Cycle:
 
     # ------------------------------------------------------------ phases
 
-    def allocated_jobs(self, jobs: list[PendingJob]) -> None:
-        walk = FairShareWalk(self.tree, jobs, allocated=True)
+    def allocated_jobs(self, queues: dict[str, list[PendingJob]]) -> None:
+        walk = FairShareWalk(self.tree, queues, allocated=True)
         known_to_wait = self._known_to_wait
         while True:
             # Only a decision can leave nothing to do, so this is checked after each.
@@ -240,12 +269,12 @@ class Cycle:
                     break
             self.owed.discard(job.id)
             charge = self._charge(job)
-            if self._allocated_job(job, charge):
+            if self._allocated_job(job, charge) and job.id not in self.precharged:
                 walk.charge(charge)
                 self.victims.ratios_changed()
 
-    def unallocated_jobs(self, jobs: list[PendingJob]) -> None:
-        walk = FairShareWalk(self.tree, jobs, allocated=False)
+    def unallocated_jobs(self, queues: dict[str, list[PendingJob]]) -> None:
+        walk = FairShareWalk(self.tree, queues, allocated=False)
         known_to_wait = self._known_to_wait
         while True:
             if not self.capacity.has_room():
@@ -370,16 +399,13 @@ class Cycle:
         gpu_ids = self.capacity.take(job.id, req.gpus, placement.parts, cpus=job.cpus, memory_gib=job.memory_gib,
                                      milli=req.milli, shared_gpu=placement.shared_gpu)
         host = placement.parts[0][0].name if job.gpus == 0 else ""
-        self.starts.append(Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host))
+        start = Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host)
+        self.starts.append(start)
         claim = self.claims.pop(job.id, None)
         if claim:
             # Started (on its claim or elsewhere): what it did not use is free for others at once.
             self.capacity.release_earmarks(job.id, claim)
-        self._started(job, placement, RunningJob(
-            job.id, job.project, gpu_ids, self.now, job.min_runtime, job.resumable, job.submit_time, job.seq,
-            gpu_milli=req.milli, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
-            memory_gib=job.memory_gib, host=host, preemptions=job.preemptions,
-        ))
+        self._started(job, placement, running_from(job, start, self.now))
 
     def _start_mig(self, job: PendingJob, placement: Placement) -> None:
         choice = placement.mig
@@ -404,12 +430,9 @@ class Cycle:
             first = self.mig_layouts.get(gpu)
             note = change if first is None else f"{first.reason}; {change}"
             self.mig_layouts[gpu] = MigLayout(gpu, choice.layout, note)
-        self.starts.append(Start(job.id, (gpu,), job.gpu_milli, reason, mig_profile=profile, mig_start=start))
-        self._started(job, placement, RunningJob(
-            job.id, job.project, (gpu,), self.now, job.min_runtime, job.resumable, job.submit_time, job.seq,
-            topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus, memory_gib=job.memory_gib,
-            mig_profile=profile, mig_start=start, preemptions=job.preemptions,
-        ))
+        decided = Start(job.id, (gpu,), job.gpu_milli, reason, mig_profile=profile, mig_start=start)
+        self.starts.append(decided)
+        self._started(job, placement, running_from(job, decided, self.now))
 
     def _started(self, job: PendingJob, placement: Placement, started: RunningJob) -> None:
         self.started.add(job.id)
@@ -418,6 +441,17 @@ class Cycle:
         for placed, _ in placement.parts:
             placed.jobs.append(started)
         self.started_jobs.append(started)
+        self.started_runs[job.id] = (started, [(host, count) for host, count in placement.parts])
+
+    def held_back(self) -> bool:
+        """Did a reservation keep a job out of GPUs that were free for it? (then the order matters next tick)"""
+        return bool(self._kept_out) and self.capacity.has_room()
+
+    def release_reservations(self) -> None:
+        """Rule 5's holds last one tick: the next one reserves anew."""
+        for host in self._reserved:
+            host.reserved_until = None
+            host.reserved_for = None
 
     def _start_reason(self, job: PendingJob, placement: Placement, gpu_ids: tuple[str, ...]) -> str:
         if job.earmarked_gpus and set(gpu_ids) & set(job.earmarked_gpus):
@@ -801,7 +835,7 @@ class Cycle:
     def _release_timeline(self) -> tuple[list[float], list[int]]:
         """When GPUs come back to the schedulable pool, and how many by then (cumulative)."""
         timeline: list[tuple[float, int]] = []
-        for job in self.snapshot.running + tuple(self.started_jobs):
+        for job in self.running + tuple(self.started_jobs):
             held = self.capacity.held.get(job.id)
             if held and held[0][0].group is None or job.mig_profile:
                 continue

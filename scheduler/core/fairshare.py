@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -157,6 +156,11 @@ def sort_in_project_order(jobs: list[PendingJob]) -> list[PendingJob]:
     return ordered
 
 
+def project_order_key(job: PendingJob) -> tuple:
+    """A project's own order as one key: priority (high first), submit time, then seq (and id)."""
+    return (-job.priority, job.submit_time, job.seq, job.id)
+
+
 class FairShareWalk:
     """Pending jobs in hierarchical fair-share order, produced lazily.
 
@@ -168,15 +172,17 @@ class FairShareWalk:
     its parent's heap at that moment, so one `heapreplace` per level suffices
     (DESIGN §6b). Units whose work is done are dropped from the heaps when a
     descent meets them.
+
+    `queues` holds each project's jobs already in project order (a kept
+    state keeps them so): the walk reads them through cursors and copies
+    nothing.
     """
 
-    def __init__(self, tree: UnitTree, jobs: list[PendingJob], *, allocated: bool):
+    def __init__(self, tree: UnitTree, queues: dict[str, list[PendingJob]], *, allocated: bool):
         self._allocated = allocated
         self._key = allocated_key if allocated else unallocated_key
-        queues: dict[str, list[PendingJob]] = {}
-        for job in sort_in_project_order(jobs):
-            queues.setdefault(job.project, []).append(job)
-        self._queues = {name: deque(q) for name, q in queues.items()}
+        self._queues = {name: queue for name, queue in queues.items() if queue}
+        self._cursor = dict.fromkeys(self._queues, 0)
         with_work = {node.name: node for name in self._queues for node in tree.nodes[name].path}
         self._heaps: dict[str | None, list] = {None: []}
         for name in sorted(with_work):
@@ -186,16 +192,33 @@ class FairShareWalk:
         for heap in self._heaps.values():
             heapq.heapify(heap)
         self._path: list[UnitNode] = []
-        # The queue of the project being taken from, until the next charge.
-        self._current: deque[PendingJob] | None = None
+        # The project being taken from, until the next charge.
+        self._current: str | None = None
+
+    @classmethod
+    def of_jobs(cls, tree: UnitTree, jobs: list[PendingJob], *, allocated: bool) -> FairShareWalk:
+        queues: dict[str, list[PendingJob]] = {}
+        for job in sort_in_project_order(jobs):
+            queues.setdefault(job.project, []).append(job)
+        return cls(tree, queues, allocated=allocated)
+
+    def _take(self, name: str) -> PendingJob | None:
+        queue = self._queues[name]
+        position = self._cursor[name]
+        if position >= len(queue):
+            return None
+        self._cursor[name] = position + 1
+        return queue[position]
 
     def next(self) -> PendingJob | None:
-        if self._current:
-            return self._current.popleft()
-        queue = self._descend()
-        return queue.popleft() if queue is not None else None
+        if self._current is not None:
+            job = self._take(self._current)
+            if job is not None:
+                return job
+        name = self._descend()
+        return self._take(name) if name is not None else None
 
-    def _descend(self) -> deque[PendingJob] | None:
+    def _descend(self) -> str | None:
         """Down the heap tops to the project with the next job; drops units with nothing left."""
         while True:
             heap = self._heaps[None]
@@ -211,11 +234,11 @@ class FairShareWalk:
                     heap = children
                     continue
                 queue = self._queues.get(node.name)
-                if queue:
+                if queue is not None and self._cursor[node.name] < len(queue):
                     path.append(node)
                     self._path = path
-                    self._current = queue
-                    return queue
+                    self._current = node.name
+                    return node.name
                 heapq.heappop(heap)
                 break
 
@@ -234,12 +257,15 @@ class FairShareWalk:
     def rest(self) -> Iterator[PendingJob]:
         """The remaining jobs in order, for when nothing more can start or preempt."""
         while True:
-            queue = self._current or self._descend()
-            if queue is None:
+            name = self._current
+            if name is None or self._cursor[name] >= len(self._queues[name]):
+                name = self._descend()
+            if name is None:
                 return
-            yield from queue
-            queue.clear()
+            queue, position = self._queues[name], self._cursor[name]
+            self._cursor[name] = len(queue)
             self._current = None
+            yield from queue[position:]
 
 
 def share_of_cluster(units: tuple[Unit, ...]) -> dict[str, float]:

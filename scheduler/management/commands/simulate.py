@@ -55,9 +55,6 @@ class Command(BaseCommand):
                             help="simulated seconds to run (default: until every job has ended)")
         parser.add_argument("--out", default="sim-out", help="output directory (default ./sim-out)")
         parser.add_argument("--faults", default=None, help="CSV time,host,event (down, up, drain, resume)")
-        parser.add_argument("--recheck", type=float, default=60.0,
-                            help="seconds after which to decide again while work waits and preemptible jobs "
-                                 "run, though nothing happened (usage ratios drift); 0 = every tick, as live")
         parser.add_argument("--no-report", action="store_true", help="skip report.html")
 
     def handle(self, *args, **options):
@@ -75,7 +72,7 @@ class Command(BaseCommand):
         progress = Progress(sys.stderr) if sys.stderr.isatty() else None
         result = simulate(cluster, units, jobs, decide=decision_function(options["policy"]),
                           policy_name=options["policy"], faults=faults, until=options["until"],
-                          recheck=options["recheck"], progress=progress)
+                          progress=progress)
         if progress is not None:
             progress.close()
         directory = write_all(result, options["out"], report=not options["no_report"])

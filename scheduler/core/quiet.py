@@ -1,0 +1,182 @@
+"""When a tick could next decide something new if nothing happens in between.
+
+A caller that runs ticks only when something happened — the simulator, the
+budget what-if — asks a kept state, after each tick, until when a tick would
+decide nothing new as long as no job is submitted, ends or is cancelled and
+no host changes. The live loop ticks anyway; this is what lets the simulator
+skip the ticks it would waste, with the rules stated here in the core, once.
+
+What can change a decision with time alone, each at a moment known now:
+
+- a running allocated job's protection ends (rule 4 may then take it, and a
+  draining host lets it go, rule 7);
+- a job reaches its maximum runtime;
+- a job preempted for a claim has not left a heartbeat timeout after its
+  grace period (the claim then breaks, `earmarks.py`);
+- the hourly cap on defragmentation lets another move through;
+- a unit with allocated work waiting becomes less served, after charging its
+  job, than a unit holding jobs past their protection (rule 4b). Usage moves
+  linearly between moments also known now: a running job adds its GPUs until
+  its start leaves the window, a run that ended loses its GPUs once its start
+  has (`window.py`). Between those moments the comparison is a line, solved
+  for when it turns.
+
+And right after a tick that started allocated jobs: it charged their units
+for them (rule 2), and those charges are gone at the next tick, where such a
+unit may then take from another. (A job holding a claim is charged at the
+start of every tick alike, and so in the comparisons here.) Ratios that drift while nothing can start or preempt only
+move which job a reservation names (rule 5) until the next event; that is
+not counted.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .fairshare import UnitTree, gpu_amount, sides_at_common_ancestor
+from .model import DRAINING, RUNNING, Decisions, Policy, protected_until
+from .state import ClusterState
+
+# A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
+AFTER = 1e-6
+
+
+def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisions | None = None,
+                fair_share: bool = True) -> float:
+    """The first moment after `now` at which a tick could decide otherwise with no event (inf: none).
+
+    `last` is what the tick at `now` decided (None: no tick at `now`).
+    """
+    waiting = bool(state.queues[True])
+    # Projects the tick charged for allocated jobs it started, or for jobs that claimed GPUs (rule 2): at the
+    # next tick the first charges are gone, and the second come at the start of the tick, not where the walk
+    # met the job; their units may compare otherwise than the tick saw them.
+    started = set()
+    for job_id in [s.job_id for s in last.starts] + [p.preemptor for p in last.preemptions if p.preemptor] \
+            if last is not None else ():
+        job = state.running.get(job_id) or state.pending.get(job_id)
+        if job is not None and job.allocated:
+            started.add(job.project)
+    draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
+    soonest = math.inf
+    losers: set[str] = set()
+    window_edges = math.inf
+    for job in state.running.values():
+        if job.state != RUNNING:
+            if job.preempted_for in state.claimants and job.grace_ends is not None:
+                deadline = job.grace_ends + policy.heartbeat_timeout + AFTER
+                if deadline > now:
+                    soonest = min(soonest, deadline)
+            continue
+        if job.max_runtime is not None and job.start_time + job.max_runtime > now:
+            soonest = min(soonest, job.start_time + job.max_runtime)
+        if not job.allocated:
+            continue
+        if job.start_time + policy.window > now:
+            window_edges = min(window_edges, job.start_time + policy.window)
+        ends = protected_until(job, policy)
+        if ends > now:
+            if waiting or (draining and any(g.rsplit(":", 1)[0] in draining for g in job.gpu_ids)):
+                soonest = min(soonest, ends)
+        else:
+            losers.add(job.project)
+    if waiting and state.recent_defrag:
+        refill = min(state.recent_defrag) + 3600.0
+        if refill > now:
+            soonest = min(soonest, refill)
+    if fair_share and waiting and (losers or state.held_back):
+        soonest = min(soonest, _turns(state, now, policy, losers, window_edges, started))
+    return soonest
+
+
+def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], window_edges: float,
+           started: set[str]) -> float:
+    """When the fair-share comparisons the next tick makes could first come out otherwise.
+
+    Rule 4b (`may_take_from`): a waiting unit may take from a unit holding jobs past their protection once,
+    after charging its job, it is less served than that unit. And, when a reservation kept a job out of
+    free GPUs (`held_back`), the order of siblings with waiting work: it names the job rule 5 holds for.
+    """
+    units = state.units_at(now)
+    capacity = state.capacity
+    tree = UnitTree(units, state.projects(), healthy_gpus=capacity.healthy_gpus, window=policy.window)
+    running = tuple(state.running.values())
+    tree.add_window_usage(units, running, now=now, window=policy.window)
+    # How fast each unit's usage grows now: its running allocated jobs' GPUs, less what slides out.
+    rate = dict.fromkeys(tree.nodes, 0.0)
+    edge = now - policy.window
+    for job in running:
+        if job.allocated and job.start_time > edge:
+            rate[job.project] += gpu_amount(len(job.gpu_ids), job.gpu_milli)
+    window = state.window
+    if window is not None:
+        for name in tree.nodes:
+            rate[name] += window.rate(name, True)
+        window_edges = min(window_edges, window.next_change())
+    # What waiting for victims charges each unit at every tick, and which units this tick's starts charged.
+    claimed = dict.fromkeys(tree.nodes, 0.0)
+    for job in state.claimants.values():
+        if job.allocated:
+            claimed[job.project] += gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+    charged = {node.name for project in started for node in tree.nodes[project].path}
+    for node in reversed(list(tree.top_down())):
+        if node.parent is not None:
+            rate[node.parent.name] += rate[node.name]
+            claimed[node.parent.name] += claimed[node.name]
+    segment_end = window_edges
+    soonest = math.inf
+
+    def crossing(low, low_extra: float, high, high_extra: float = 0.0) -> float:
+        """When `low`'s ratio (charged `low_extra` more) first falls below `high`'s (charged `high_extra`);
+        the segment's end if not before the lines may bend."""
+        # (usage_low + extra + rate_low·t) / entitled_low < (usage_high + extra + rate_high·t) / entitled_high
+        behind = low.ratio_with(low_extra) - high.ratio_with(high_extra)
+        closing = rate[high.name] / high.entitled - rate[low.name] / low.entitled
+        if closing > 0:
+            turns = now + behind / closing + AFTER
+            if turns < segment_end:
+                return turns
+        return segment_end
+
+    for gainer, charge in sorted(state.pending_charges().items()):
+        for loser in sorted(losers):
+            sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[loser])
+            if sides is None:
+                continue
+            gainer_side, loser_side = sides
+            if gainer_side.entitled <= 0 or loser_side.entitled <= 0:
+                continue
+            # Jobs holding claims are charged at the start of every tick (engine.py, `precharged`).
+            gainer_charge, loser_charge = charge + claimed[gainer_side.name], claimed[loser_side.name]
+            if gainer_side.ratio_with(gainer_charge) < loser_side.ratio_with(loser_charge):
+                if gainer_side.name in charged or loser_side.name in charged:
+                    return now + AFTER  # the tick's charges may have kept it from taking: look again
+                continue  # it may, and the tick just now looked with these ratios
+            soonest = min(soonest, crossing(gainer_side, gainer_charge, loser_side, loser_charge))
+    if state.held_back:
+        # Siblings with waiting allocated work swap places when their ratios cross.
+        for node in tree.nodes.values():
+            waiting = [child for child in node.children if child.entitled > 0 and _waits(child, state)] \
+                if node.children else []
+            for a in waiting:
+                for b in waiting:
+                    if a is not b and a.ratio > b.ratio:
+                        soonest = min(soonest, crossing(a, 0.0, b))
+        roots = [root for root in tree.roots if root.entitled > 0 and _waits(root, state)]
+        for a in roots:
+            for b in roots:
+                if a is not b and a.ratio > b.ratio:
+                    soonest = min(soonest, crossing(a, 0.0, b))
+    return soonest
+
+
+def _waits(node, state: ClusterState) -> bool:
+    """Does a unit (or a unit under it) have allocated jobs waiting?"""
+    queues = state.queues[True]
+    stack = [node]
+    while stack:
+        unit = stack.pop()
+        if unit.name in queues:
+            return True
+        stack.extend(unit.children)
+    return False

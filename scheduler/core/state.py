@@ -1,0 +1,317 @@
+"""The scheduler's kept state: what a tick decides on, kept between ticks and changed by events (DESIGN §6b).
+
+`schedule(snapshot)` builds a `ClusterState` from the snapshot and decides
+once. A caller that runs many ticks in a row — the simulator, the budget
+what-if, tests — keeps one `ClusterState` instead and tells it what happened
+between ticks: a job submitted or cancelled, a run that ended, a checkpoint,
+a host that changed state, new shares or usage. Each event costs what it
+changes; nothing is rebuilt from the whole cluster at every tick.
+
+What it keeps:
+
+- the free capacity, indexed per pool, domain and host by free GPUs
+  (`Capacity`), with the GPUs each running job holds;
+- the pending jobs, split allocated / unallocated, each project's in its own
+  order (priority, submit time, seq), so the fair-share walk reads them in
+  place;
+- the running jobs, the ones stopping (their grace period), and the jobs
+  holding a claim on GPUs (rule 4);
+- the MIG demand and the projects with work (for the org tree).
+
+`engine.decide(state, now=, policy=)` runs the tick's phases on it and,
+unless told not to, commits what it decided: started jobs hold their GPUs, preempted
+ones are stopping, claims are kept. What the caller learns from the outside
+world — a victim's exit, a finished job — comes back as an event. The tick's
+own working marks (reservations, the claims' holds on free GPUs) are undone
+before `decide` returns, so a kept state always equals the state built
+afresh from its `snapshot()`; a property test replays random event
+sequences and compares the two decision by decision.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import Counter
+from dataclasses import replace
+
+from .capacity import Capacity
+from .fairshare import gpu_amount
+from .model import (
+    PREEMPTING,
+    Decisions,
+    Host,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    Start,
+    Topology,
+    Unit,
+)
+from .window import WindowUsage
+
+DEFRAG_HOUR = 3600.0
+
+
+def running_from(job: PendingJob, start: Start, now: float) -> RunningJob:
+    """The run a start begins, as the tick's own bookkeeping has it (engine.py `_start`)."""
+    return RunningJob(
+        job.id, job.project, start.gpu_ids, now, job.min_runtime, job.resumable, job.submit_time, job.seq,
+        user=job.user, gpu_milli=start.gpu_milli, topology=job.topology, max_runtime=job.max_runtime,
+        priority=job.priority, cpus=job.cpus, memory_gib=job.memory_gib, host=start.host,
+        mig_profile=start.mig_profile, mig_start=start.mig_start, preemptions=job.preemptions,
+    )
+
+
+def _order(job: PendingJob) -> tuple:
+    return (-job.priority, job.submit_time, job.seq, job.id)
+
+
+class ClusterState:
+    """One cluster as the scheduler sees it, kept between ticks (see the module docstring)."""
+
+    def __init__(self, topology: Topology, units: tuple[Unit, ...], *, running=(), pending=(),
+                 recent_defrag_migrations=(), window: float | None = None):
+        self.topology = topology
+        # The units as given: shares, and usage from before the runs recorded here (`record_run`).
+        self.units = tuple(units)
+        # Runs that ended, slid along the look-back window (a kept state records them; a snapshot's units
+        # already carry them).
+        self.window = WindowUsage(window) if window is not None else None
+        self.running: dict[str, RunningJob] = {}
+        self.pending: dict[str, PendingJob] = {}
+        # Allocated? -> project -> its pending jobs in project order, and their keys (for bisection).
+        self.queues: dict[bool, dict[str, list[PendingJob]]] = {True: {}, False: {}}
+        self._queue_keys: dict[bool, dict[str, list[tuple]]] = {True: {}, False: {}}
+        # Jobs holding a claim on GPUs (rule 4), and running jobs in their grace period.
+        self.claimants: dict[str, PendingJob] = {}
+        self.stopping: dict[str, RunningJob] = {}
+        self.recent_defrag: list[float] = sorted(recent_defrag_migrations)
+        # Did the last tick keep a job out of free GPUs only for a reservation (rule 5)? (`quiet.py`)
+        self.held_back = False
+        self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
+        # Project -> how many of its jobs are pending or running (the org tree needs every project named).
+        self._projects: Counter[str] = Counter()
+        # Project -> what starting each of its pending allocated jobs would charge it (rule 2), counted.
+        self._charges: dict[str, Counter[float]] = {}
+        for job in sorted(running, key=lambda j: (j.seq, j.id)):
+            self._add_running(job)
+        self.capacity = Capacity(topology, tuple(self.running.values()), (), 0.0)
+        for job in pending:
+            self._add_pending(job)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> ClusterState:
+        return cls(snapshot.topology, snapshot.units, running=snapshot.running, pending=snapshot.pending,
+                   recent_defrag_migrations=snapshot.recent_defrag_migrations)
+
+    def snapshot(self, now: float | None = None) -> Snapshot:
+        """The snapshot a live tick would build of this state at `now` (`from_snapshot` gives it back)."""
+        units = self.units if now is None else self.units_at(now)
+        return Snapshot(self.topology, units, tuple(self.running.values()), tuple(self.pending.values()),
+                        recent_defrag_migrations=tuple(self.recent_defrag))
+
+    def units_at(self, now: float) -> tuple[Unit, ...]:
+        """The units with the usage of recorded runs that is still inside the window at `now` (rule 1)."""
+        if self.window is None:
+            return self.units
+        window = self.window
+        window.at(now)
+        return tuple(
+            replace(unit, allocated_usage=unit.allocated_usage + window.usage(unit.name, True),
+                    unallocated_usage=unit.unallocated_usage + window.usage(unit.name, False))
+            for unit in self.units
+        )
+
+    def record_run(self, project: str, *, allocated: bool, gpus: float, start: float, end: float) -> None:
+        """A run ended: its GPU time counts in its project's usage until it slides out of the window."""
+        if self.window is not None:
+            self.window.add(project, allocated, gpus, start, end)
+
+    def pending_charges(self) -> dict[str, float]:
+        """Project -> the least that starting one of its pending allocated jobs would charge it (rule 2)."""
+        return {project: min(charges) for project, charges in self._charges.items()}
+
+    # ------------------------------------------------------------ what a tick reads
+
+    def recent_defrag_migrations(self, now: float) -> tuple[float, ...]:
+        return tuple(t for t in self.recent_defrag if now - DEFRAG_HOUR < t <= now)
+
+    def mig_demand(self) -> Counter[tuple[str, frozenset[str]]]:
+        return Counter(self._mig_demand)
+
+    def projects(self) -> set[str]:
+        return set(self._projects)
+
+    def commit(self, decisions: Decisions, started: dict[str, tuple[RunningJob, list]], now: float) -> None:
+        """Make a tick's decisions this state: `started` maps each started job to its run and (host, GPUs)
+        as the tick took them on this state's capacity."""
+        for start in decisions.starts:
+            job = self.pending.get(start.job_id)
+            if job is None:
+                continue
+            self._remove_pending(job)
+            run, held = started[start.job_id]
+            self._add_running(run)
+            self.capacity.held[run.id] = held
+        self._commit_the_rest(decisions, now)
+
+    def apply(self, decisions: Decisions, now: float) -> None:
+        """Make another decision function's decisions this state (a baseline's, which took nothing here)."""
+        for start in decisions.starts:
+            job = self.pending.get(start.job_id)
+            if job is not None:
+                self.start(running_from(job, start, now))
+        self._commit_the_rest(decisions, now)
+
+    def _commit_the_rest(self, decisions: Decisions, now: float) -> None:
+        for preemption in decisions.preemptions:
+            job = self.running.get(preemption.job_id)
+            if job is None or job.state == PREEMPTING:
+                continue
+            stopping = replace(job, state=PREEMPTING, preempted_for=preemption.preemptor,
+                               grace_ends=now + preemption.grace)
+            self.update_running(stopping)
+            if preemption.cause == "defrag":
+                self.recent_defrag.append(now)
+        if self.recent_defrag:
+            self.recent_defrag = [t for t in self.recent_defrag if now - DEFRAG_HOUR < t]
+        for job_id in sorted(set(self.claimants) | set(decisions.earmarks)):
+            job = self.pending.get(job_id)
+            claim = decisions.earmarks.get(job_id, ())
+            if job is not None and job.earmarked_gpus != claim:
+                self.update_pending(replace(job, earmarked_gpus=claim))
+        if decisions.mig_layouts:
+            self._set_mig_layouts(decisions.mig_layouts)
+
+    # ------------------------------------------------------------ events
+
+    def submit(self, job: PendingJob) -> None:
+        """A job waits: newly submitted, or requeued after a preemption."""
+        if job.id in self.pending or job.id in self.running:
+            raise ValueError(f"job {job.id!r} is already known")
+        self._add_pending(job)
+
+    def cancel(self, job_id: str) -> None:
+        """A pending job leaves the queue (cancelled)."""
+        job = self.pending.get(job_id)
+        if job is not None:
+            self._remove_pending(job)
+
+    def update_pending(self, job: PendingJob) -> None:
+        old = self.pending[job.id]
+        self._remove_pending(old)
+        self._add_pending(job)
+
+    def start(self, job: RunningJob) -> None:
+        """A job runs that this state did not start itself (e.g. at the start of a what-if)."""
+        pending = self.pending.get(job.id)
+        if pending is not None:
+            self._remove_pending(pending)
+        self._add_running(job)
+        self.capacity.add_running(job)
+
+    def update_running(self, job: RunningJob) -> None:
+        """The same run with other facts: a checkpoint, its grace period (it holds the same GPUs)."""
+        self.running[job.id] = job
+        if job.state == PREEMPTING:
+            self.stopping[job.id] = job
+        else:
+            self.stopping.pop(job.id, None)
+        self.capacity.replace_running(job)
+
+    def end_run(self, job_id: str) -> RunningJob | None:
+        """A run ended (finished, stopped, lost): its GPUs, CPUs and memory are free again."""
+        job = self.running.pop(job_id, None)
+        if job is None:
+            return None
+        self.stopping.pop(job_id, None)
+        self._count_project(job.project, -1)
+        self.capacity.remove_running(job)
+        return job
+
+    def set_topology(self, topology: Topology) -> None:
+        """Hosts changed state or health: the capacity is built again (rare; O(GPUs))."""
+        self.topology = topology
+        self.capacity = Capacity(topology, tuple(sorted(self.running.values(), key=lambda j: (j.seq, j.id))),
+                                 (), 0.0)
+
+    def set_host_state(self, name: str, state: str) -> None:
+        hosts = tuple(replace(host, state=state) if host.name == name else host for host in self.topology.hosts)
+        self.set_topology(Topology(self.topology.domains, hosts))
+
+    def set_units(self, units: tuple[Unit, ...]) -> None:
+        """Shares or ended usage changed (the window slides, a run ended, a budget was approved)."""
+        self.units = tuple(units)
+
+    # ------------------------------------------------------------ bookkeeping
+
+    def _add_pending(self, job: PendingJob) -> None:
+        self.pending[job.id] = job
+        allocated = job.min_runtime > 0
+        key = _order(job)
+        keys = self._queue_keys[allocated].setdefault(job.project, [])
+        queue = self.queues[allocated].setdefault(job.project, [])
+        index = bisect_left(keys, key)
+        keys.insert(index, key)
+        queue.insert(index, job)
+        if job.earmarked_gpus:
+            self.claimants[job.id] = job
+        if job.mig_profile:
+            self._mig_demand[(job.mig_profile, job.gpu_types)] += 1
+        if allocated and job.gpus:
+            self._charges.setdefault(job.project, Counter())[gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime] += 1
+        self._count_project(job.project, 1)
+
+    def _remove_pending(self, job: PendingJob) -> None:
+        del self.pending[job.id]
+        allocated = job.min_runtime > 0
+        keys = self._queue_keys[allocated][job.project]
+        queue = self.queues[allocated][job.project]
+        index = bisect_left(keys, _order(job))
+        del keys[index]
+        del queue[index]
+        if not queue:
+            del self.queues[allocated][job.project]
+            del self._queue_keys[allocated][job.project]
+        self.claimants.pop(job.id, None)
+        if job.mig_profile:
+            key = (job.mig_profile, job.gpu_types)
+            self._mig_demand[key] -= 1
+            if self._mig_demand[key] <= 0:
+                del self._mig_demand[key]
+        if allocated and job.gpus:
+            charges = self._charges[job.project]
+            charge = gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+            charges[charge] -= 1
+            if charges[charge] <= 0:
+                del charges[charge]
+                if not charges:
+                    del self._charges[job.project]
+        self._count_project(job.project, -1)
+
+    def _add_running(self, job: RunningJob) -> None:
+        self.running[job.id] = job
+        if job.state == PREEMPTING:
+            self.stopping[job.id] = job
+        self._count_project(job.project, 1)
+
+    def _count_project(self, project: str, change: int) -> None:
+        count = self._projects[project] + change
+        if count > 0:
+            self._projects[project] = count
+        else:
+            del self._projects[project]
+
+    def _set_mig_layouts(self, layouts) -> None:
+        """MIG GPUs given new layouts: the topology says so too (for when the capacity is built again)."""
+        by_gpu = {layout.gpu: layout.instances for layout in layouts}
+        hosts = []
+        for host in self.topology.hosts:
+            if host.mig and any(m.gpu in by_gpu for m in host.mig):
+                host = Host(host.name, host.domain, host.gpu_type, host.gpus, state=host.state, cpus=host.cpus,
+                            memory_gib=host.memory_gib, fast_lane=host.fast_lane,
+                            mig=tuple(replace(m, instances=tuple(by_gpu[m.gpu])) if m.gpu in by_gpu else m
+                                      for m in host.mig))
+            hosts.append(host)
+        self.topology = Topology(self.topology.domains, tuple(hosts))
+
