@@ -412,8 +412,9 @@ class Capacity:
     def signature(self) -> tuple:
         """Everything a decision can read here, in a canonical form (a kept state is compared with a fresh one)."""
         hosts = tuple(
-            (h.name, h.state, h.gpu_count, tuple(h.free), h.cpus_free, h.memory_free, tuple(sorted(h.milli_used.items())),
-             tuple(sorted((k, tuple(v)) for k, v in h.earmarked.items())), tuple(sorted(h.milli_held.items())),
+            (h.name, h.state, h.gpu_count, tuple(h.free), h.cpus_free, h.memory_free,
+             tuple(sorted(h.milli_used.items())), tuple(sorted((k, tuple(v)) for k, v in h.earmarked.items())),
+             tuple(sorted(h.milli_held.items())),
              tuple(sorted(j.id for j in h.jobs)), h.group.domain if h.group is not None else None,
              h.reserved_until, h.reserved_for)
             for h in self.hosts.values()

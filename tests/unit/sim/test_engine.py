@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 
 from scheduler.core import DOWN, DRAINED, DRAINING, UP, Policy, schedule
-from scheduler.sim.checks import check_result
 from scheduler.core.window import WindowUsage
+from scheduler.sim.checks import check_result
 from scheduler.sim.engine import InitialRun, InitialState, Simulation, UsageInterval
 from scheduler.sim.faults import Fault
 from scheduler.sim.output import job_rows
