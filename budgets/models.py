@@ -32,12 +32,6 @@ class UserProfile(models.Model):
         return self.posix_user or self.user.username
 
 
-def posix_account(user) -> str:
-    """The OS account `user`'s jobs run as: their `posix_user`, else their username."""
-    profile = UserProfile.objects.filter(user=user).values_list("posix_user", flat=True).first()
-    return profile or user.username
-
-
 class UnitQuerySet(models.QuerySet):
     def projects(self):
         """Units jobs can be charged to: those with no children."""

@@ -266,7 +266,8 @@ def remove_cgroups(lab: Lab) -> None:
         if not root.exists():
             continue
         for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [root]:
-            for pid in (directory / "cgroup.procs").read_text().split() if (directory / "cgroup.procs").exists() else []:
+            procs = directory / "cgroup.procs"
+            for pid in procs.read_text().split() if procs.exists() else []:
                 try:
                     os.kill(int(pid), signal.SIGKILL)
                 except ProcessLookupError:
