@@ -1,4 +1,5 @@
 from django.core.validators import ProhibitNullCharactersValidator
+from rest_framework.fields import ProhibitSurrogateCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -146,12 +147,13 @@ class CancelSerializer(serializers.Serializer):
 
 
 class RawTextField(serializers.CharField):
-    """Text from a host, taken as it comes (NUL included) and cleaned by scheduler/agents.py, not refused:
-    one job's output must not cost its host a heartbeat."""
+    """Text from a host, taken as it comes (NUL, lone surrogates) and cleaned by scheduler/agents.py, not
+    refused: one job's output must not cost its host a heartbeat."""
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.validators = [v for v in self.validators if not isinstance(v, ProhibitNullCharactersValidator)]
+        self.validators = [v for v in self.validators if not isinstance(
+            v, ProhibitNullCharactersValidator | ProhibitSurrogateCharactersValidator)]
 
 
 class AgentGpuSerializer(serializers.Serializer):
