@@ -1,7 +1,7 @@
 from django.core.validators import ProhibitNullCharactersValidator
-from rest_framework.fields import ProhibitSurrogateCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import ProhibitSurrogateCharactersValidator
 
 from scheduler.choices import Priority, Topology
 from scheduler.core.mig import PROFILES as MIG_PROFILES

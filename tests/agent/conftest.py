@@ -23,15 +23,14 @@ import pytest
 import yaml
 
 from budgets.loaders import load_org_file
-from client.cgroups import detect
 from scheduler.services import JobRequest, job_submit
 from scheduler.tick import run_tick
+from tests.agent_rig import AGENT, remove_cgroups
 from tests.conftest import get_user
 from topology.choices import HostState
 from topology.loaders import load_cluster_file
 from topology.models import AgentToken, Host
 
-AGENT = str(Path(sys.executable).with_name("allot-agent"))
 PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 HOST = "node-01-h01"
 OTHER_HOST = "node-02-h01"
@@ -248,38 +247,7 @@ def make_lab(live_server, accounts):
     for lab in labs:
         for host in list(lab.agents):
             lab.stop_agent(host)
-        remove_cgroups(lab)
+        remove_cgroups(lab.cgroup_parent)
     for account in accounts:
         kill_processes_of(account.uid)
     shutil.rmtree(base, ignore_errors=True)
-
-
-def remove_cgroups(lab: Lab) -> None:
-    """The run's own cgroups: anything still in them is killed, then the directories go (deepest first)."""
-    containment = detect(host="", privileged=True, parent=lab.cgroup_parent)
-    roots = set()
-    if containment.kind == "v1":
-        roots = set(containment.bases.values())
-    elif containment.kind == "v2":
-        roots = {containment.base}
-    for root in roots:
-        if not root.exists():
-            continue
-        for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [root]:
-            procs = directory / "cgroup.procs"
-            for pid in procs.read_text().split() if procs.exists() else []:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            freezer = directory / "freezer.state"
-            if freezer.exists():
-                freezer.write_text("THAWED")
-            for _ in range(50):
-                try:
-                    directory.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    time.sleep(0.05)
