@@ -384,7 +384,7 @@ def detect(*, host: str, privileged: bool, mounts_text: str | None = None, paren
             if set(V2_CONTROLLERS) <= available:
                 return V2(kind="v2", mount=mount.path, base=mount.path / parent / host, limits_memory=True,
                           filters_devices=False,
-                          notes=["cgroup v2: no device filtering (it needs a BPF program): jobs can open "
+                          notes=["memory, pids; no device filtering (it needs a BPF program): jobs can open "
                                  "every /dev/nvidia*"])
     bases = {}
     for mount in mounts:
@@ -393,7 +393,7 @@ def detect(*, host: str, privileged: bool, mounts_text: str | None = None, paren
                 bases.setdefault(controller, mount.path / parent / host)
     if "freezer" in bases:
         missing = [name for name in V1_CONTROLLERS if name not in bases]
-        notes = [f"cgroup v1 ({', '.join(name for name in V1_CONTROLLERS if name in bases)})"]
+        notes = [", ".join(name for name in V1_CONTROLLERS if name in bases)]
         if "memory" in missing:
             notes.append("no memory hierarchy: memory requests are not enforced")
         if "devices" in missing:

@@ -59,8 +59,7 @@ def test_a_hybrid_host_whose_unified_hierarchy_has_no_controllers_is_v1(tmp_path
     assert containment.bases == {name: Path(f"/sys/fs/cgroup/{name}/allot-x/node-01")
                                  for name in ("freezer", "memory", "pids")}
     assert containment.limits_memory and not containment.filters_devices
-    assert containment.describe() == ("cgroup v1 (freezer, pids, memory); no devices hierarchy: jobs can open every "
-                                      "/dev/nvidia*")
+    assert containment.describe() == "freezer, pids, memory; no devices hierarchy: jobs can open every /dev/nvidia*"
 
 
 def test_no_hierarchy_or_no_root_is_none():
