@@ -59,7 +59,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 from budgets.loaders import load_org_file
 from topology.loaders import load_cluster_file
-from topology.models import AgentToken, Host
+from topology.models import AgentToken, Host, hash_agent_key
 spec_path, org_path, out_path = sys.argv[1:4]
 load_cluster_file(spec_path)
 load_org_file(org_path)
@@ -67,11 +67,15 @@ users = {}
 for user in get_user_model().objects.filter(username__in=%(members)r):
     users[user.username] = Token.objects.get_or_create(user=user)[0].key
 hosts = list(Host.objects.order_by("name"))
-AgentToken.objects.bulk_create([AgentToken(host=h, key=secrets.token_hex(32)) for h in hosts], ignore_conflicts=True)
+# One token per host, issued in bulk (AgentToken.issue one at a time would cost minutes); only hashes are kept.
+keys = {h.name: secrets.token_hex(32) for h in hosts}
+AgentToken.objects.live().filter(host__in=hosts).update(revoked_at=timezone.now(), revoked_by="bench/load.py")
+AgentToken.objects.bulk_create([AgentToken(host=h, key_hash=hash_agent_key(keys[h.name]), prefix=keys[h.name][:8],
+                                           created_by="bench/load.py") for h in hosts])
 # A cluster in service: every agent registered long ago (a first heartbeat, which brings a host up, is a
 # one-time cost the steady load does not have).
 Host.objects.update(state="up", state_reason="", last_heartbeat_at=timezone.now())
-agents = {t.host.name: t.key for t in AgentToken.objects.select_related("host")}
+agents = keys
 gpus = {h.name: h.gpu_count for h in hosts}
 json.dump({"users": users, "agents": agents, "gpus": gpus}, open(out_path, "w"))
 """

@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, WhatIf
+from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, UserProfile, WhatIf
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -68,3 +68,12 @@ class WhatIfAdmin(ReadOnlyAdmin):
     list_display = ["pk", "budget_request", "share_percent", "status", "requested_by", "created_at", "finished_at"]
     list_filter = ["status"]
     search_fields = ["budget_request__unit__name", "requested_by__username", "error"]
+
+
+@admin.register(UserProfile)
+class UserProfileAdmin(admin.ModelAdmin):
+    """The OS account each person's jobs run as (`posix_user`; also set by org.yaml `users:`)."""
+
+    list_display = ["user", "posix_user"]
+    search_fields = ["user__username", "posix_user"]
+    autocomplete_fields = ["user"]

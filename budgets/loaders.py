@@ -17,14 +17,14 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from budgets.choices import ChangeSource, Role
-from budgets.models import Allocation, Membership, Unit
+from budgets.models import POSIX_USER, Allocation, Membership, Unit, UserProfile
 from budgets.permissions import ONCALL_GROUP
 from budgets.services import apply_share, check_children_fit
 from topology.loaders import LoadError, read_yaml
 from topology.models import Cluster
 
 LOADER_ACTOR = "system:load_org"
-USER_KEYS = {"username", "email", "first_name", "last_name", "password", "oncall", "admin"}
+USER_KEYS = {"username", "email", "first_name", "last_name", "password", "oncall", "admin", "posix_user"}
 UNIT_KEYS = {"name", "description", "managers", "members", "share", "children"}
 MAX_DEPTH = 12
 
@@ -38,6 +38,7 @@ class UserSpec:
     password: str | None = None
     oncall: bool = False
     admin: bool = False
+    posix_user: str | None = None  # the OS account jobs run as; None: left as it is ("" resets to the username)
 
 
 @dataclass
@@ -122,6 +123,15 @@ def parse_org(data, *, clusters: Collection[str] | None = None) -> OrgSpec:
         password = entry.get("password")
         if password is not None and (not isinstance(password, str) or len(password) < 8):
             problems.append(f"{where}.password: must be at least 8 characters")
+        posix_user = entry.get("posix_user")
+        if posix_user is not None:
+            try:
+                if not isinstance(posix_user, str):
+                    raise ValidationError("")
+                if posix_user:
+                    POSIX_USER(posix_user)
+            except ValidationError:
+                problems.append(f"{where}.posix_user: {posix_user!r} is not {POSIX_USER.message}")
         users.append(
             UserSpec(
                 username=username,
@@ -131,6 +141,7 @@ def parse_org(data, *, clusters: Collection[str] | None = None) -> OrgSpec:
                 password=password,
                 oncall=bool(entry.get("oncall", False)),
                 admin=bool(entry.get("admin", False)),
+                posix_user=posix_user if isinstance(posix_user, str) else None,
             )
         )
 
@@ -244,6 +255,12 @@ def apply_org(spec: OrgSpec, *, actor: str = LOADER_ACTOR, reason: str = "org fi
         elif not user_spec.oncall and in_group:
             user.groups.remove(oncall)
             changes["users"] += 1
+        if user_spec.posix_user is not None:
+            profile, _ = UserProfile.objects.get_or_create(user=user)
+            if profile.posix_user != user_spec.posix_user:
+                profile.posix_user = user_spec.posix_user
+                profile.save(update_fields=["posix_user"])
+                changes["users"] += 1
 
     users = {user.username: user for user in User.objects.all()}
     touched: set[tuple[int | None, str]] = set()

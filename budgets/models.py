@@ -1,12 +1,35 @@
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.validators import MaxValueValidator, MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
 from budgets.choices import OPEN_STATUSES, WHAT_IF_ACTIVE, ChangeSource, RequestStatus, Role, WhatIfStatus
+
+# A POSIX account name as useradd takes it (portable: lower case, digits, `_`, `-`; a trailing `$` for
+# machine accounts), at most 32 characters.
+POSIX_USER = RegexValidator(r"^[a-z_][a-z0-9_-]{0,30}[a-z0-9_$-]?\Z",
+                            "a POSIX account name: lower case letters, digits, _ and -, starting with a letter or _, "
+                            "at most 32 characters")
+
+
+class UserProfile(models.Model):
+    """What Allot knows of a person beyond Django's user: the OS account their jobs run as."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="profile")
+    posix_user = models.CharField(
+        max_length=32, blank=True, validators=[POSIX_USER],
+        help_text="The account agents run this person's jobs as on every host; empty: their username.",
+    )
+
+    def __str__(self):
+        return f"{self.user}: runs as {self.account}"
+
+    @property
+    def account(self) -> str:
+        return self.posix_user or self.user.username
 
 
 class UnitQuerySet(models.QuerySet):

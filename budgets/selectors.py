@@ -10,7 +10,7 @@ from django.db.models import Count, Q, Sum
 
 from budgets.choices import RequestStatus, Role
 from budgets.lib.timeline import Period, peak_total, permanent_boundary, share_at
-from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, WhatIf
+from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, UserProfile, WhatIf
 from budgets.permissions import managed_unit_ids
 
 HOURS_PER_WEEK = 168
@@ -428,3 +428,9 @@ def deciders(budget_request: BudgetRequest) -> list[str]:
 def latest_what_if(budget_request: BudgetRequest) -> WhatIf | None:
     """The request's most recent what-if, whatever its status (the page and the API show it)."""
     return WhatIf.objects.filter(budget_request=budget_request).select_related("requested_by").first()
+
+
+def posix_account(user) -> str:
+    """The OS account `user`'s jobs run as on agent hosts: their `posix_user`, else their username."""
+    profile = UserProfile.objects.filter(user=user).values_list("posix_user", flat=True).first()
+    return profile or user.username

@@ -13,6 +13,7 @@ import sys
 from datetime import UTC, datetime
 
 from client.api import DEFAULT_SERVER, ApiError, Client, Unreachable, load_config, save_config
+from client.execution import RESERVED_NAMES, RESERVED_PREFIXES
 from scheduler.core.durations import format_duration, parse_duration
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
@@ -102,6 +103,36 @@ def gpus_cell(job: dict) -> str:
     return f"{job['gpu_milli'] / 1000:g}" if job["gpus"] == 1 and job["gpu_milli"] < 1000 else str(job["gpus"])
 
 
+# Never copied by `--export ALL`: what the agent sets for every job (the server refuses those; ALLOT_* holds
+# this CLI's own token and server) and what belongs to this shell only.
+SHELL_ONLY = frozenset({"PWD", "OLDPWD", "SHLVL", "_"})
+
+
+def job_env(export: str, pairs: list[str]) -> dict[str, str]:
+    """The job's own variables: those `--export` copies from this shell (NAME,NAME | ALL | NONE, as sbatch;
+    NAME=VALUE items too), then each `--env NAME=VALUE`, which wins."""
+    env: dict[str, str] = {}
+    for item in [part.strip() for part in export.split(",") if part.strip()]:
+        if item.upper() == "NONE":
+            continue
+        if item.upper() == "ALL":
+            env.update({name: value for name, value in os.environ.items()
+                        if name not in RESERVED_NAMES | SHELL_ONLY and not name.startswith(RESERVED_PREFIXES)})
+        elif "=" in item:
+            name, value = item.split("=", 1)
+            env[name] = value
+        elif item in os.environ:
+            env[item] = os.environ[item]
+        else:
+            print(f"allot: --export {item}: not set in this shell, not exported", file=sys.stderr)
+    for pair in pairs:
+        name, equals, value = pair.partition("=")
+        if not equals or not name:
+            raise Fail(f"--env {pair!r}: expected NAME=VALUE", EXIT_USAGE)
+        env[name] = value
+    return env
+
+
 def cmd_submit(args) -> int:
     if not args.command:
         raise Fail("give the command after --, e.g. allot submit ... -- python train.py", EXIT_USAGE)
@@ -114,6 +145,9 @@ def cmd_submit(args) -> int:
         "resumable": args.resumable, "topology": args.topology, "priority": args.priority,
         "command": shlex.join(args.command) if len(args.command) > 1 else args.command[0],
         "gpu_milli": args.gpu_milli, "cpus": args.cpus, "memory_gib": args.memory_gib,
+        # As sbatch: the job starts where it was submitted from, unless --chdir says elsewhere.
+        "workdir": os.path.abspath(args.chdir) if args.chdir else os.getcwd(),
+        "env": job_env(args.export, args.env),
     }
     for key in ("gpus_per_host", "gpu_type", "max_runtime", "name", "simulated_duration", "mig_profile"):
         if getattr(args, key) is not None:
@@ -186,10 +220,16 @@ def cmd_show(args) -> int:
                 ("Estimated start",
                  f"{clock(job['estimated_start'])} (an estimate)" if job["estimated_start"] else "-"),
             ]
+        if job.get("failure_reason"):
+            lines.append(("Why it failed", job["failure_reason"]))
         if job["gpu_ids"]:
             lines.append(("GPUs held", " ".join(job["gpu_ids"])))
         if job.get("command"):
             lines.append(("Command", job["command"]))
+        if job.get("workdir"):
+            lines.append(("Directory", job["workdir"]))
+        if job.get("env"):
+            lines.append(("Environment", " ".join(sorted(job["env"]))))
         width = max(len(label) for label, _ in lines)
         for label, value in lines:
             print(f"{label.ljust(width)}  {value}")
@@ -199,7 +239,10 @@ def cmd_show(args) -> int:
             print(f"  {clock(event['at'])}  {event['kind']:<9}{cause} {event['detail']}  ({event['actor']})")
         for output in job.get("output") or []:
             print(f"\nOutput of rank {output['rank']} on {output['host']} ({output['state']}):")
-            print(output["tail"].rstrip() or "  (nothing yet)")
+            if output.get("error"):
+                print(f"  {output['error']}")
+            print(output["tail"].rstrip() or ("  (no output)" if output["state"] in ("exited", "lost")
+                                              else "  (nothing yet)"))
 
     return emit(args, job, render)
 
@@ -274,6 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--memory-gib", type=int, default=0)
     submit.add_argument("--name")
     submit.add_argument("--simulated-duration", type=duration, help="simulated clusters: the work it needs")
+    submit.add_argument("--chdir", "-D", metavar="DIR",
+                        help="the directory the job starts in on its hosts (default: this one, as with sbatch)")
+    submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                        help="a variable for the job (repeatable); wins over --export")
+    submit.add_argument("--export", default="NONE", metavar="NAME,NAME|ALL|NONE",
+                        help="variables of this shell the job gets, as sbatch --export (default NONE: only what the "
+                             "agent sets and --env)")
     submit.add_argument("--json", action="store_true")
     submit.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command to run")
     submit.set_defaults(handler=cmd_submit)

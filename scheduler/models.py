@@ -24,6 +24,10 @@ class Job(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
     name = models.CharField(max_length=200, blank=True)
     command = models.TextField(blank=True)
+    # Where and with what the agent runs it (client/execution.py): an absolute directory on the hosts
+    # (empty: the account's home) and the job's own variables, NAME → VALUE.
+    workdir = models.CharField(max_length=4096, blank=True)
+    env = models.JSONField(default=dict, blank=True)
 
     # What it needs.
     gpus = models.PositiveIntegerField()
@@ -53,6 +57,8 @@ class Job(models.Model):
     preemptions = models.PositiveIntegerField(default=0)
     restarts = models.PositiveIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
+    # Why a failed job failed, in words (`no such user on node-01-h01: asmith`, `rank 0 exited with 3`).
+    failure_reason = models.CharField(max_length=500, blank=True)
 
     # Written by the tick for the queue pages and the API.
     queue_position = models.PositiveIntegerField(null=True, blank=True)
@@ -210,6 +216,8 @@ class JobProcess(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     output_tail = models.TextField(blank=True)
+    # What the agent said went wrong with this rank: it could not start it, or the kernel killed it.
+    error = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["job", "run", "rank"]

@@ -10,6 +10,7 @@ from django.utils import timezone
 from budgets.models import Unit
 from budgets.permissions import is_member, manages
 from budgets.selectors import share_of_cluster
+from client.execution import ENV_NAME, RESERVED_NAMES, RESERVED_PREFIXES
 from scheduler.choices import LIVE_STATES, EventKind, JobState, Priority, Topology
 from scheduler.core.durations import format_duration
 from scheduler.core.mig import PROFILES as MIG_PROFILES
@@ -18,6 +19,13 @@ from topology.models import Cluster, Gpu, Host
 
 MAX_COMMAND_LENGTH = 20000
 MAX_NAME_LENGTH = 200
+MAX_WORKDIR_LENGTH = 4096
+# A job's own environment: bounded, so that it fits in every heartbeat reply that carries it.
+MAX_ENV_VARIABLES = 256
+MAX_ENV_NAME_LENGTH = 255
+MAX_ENV_VALUE_LENGTH = 32768
+MAX_ENV_TOTAL = 65536
+CONTROL_CHARACTERS = {chr(code) for code in (*range(0x20), 0x7F)}
 
 
 class JobError(Exception):
@@ -49,6 +57,55 @@ class JobRequest:
     memory_gib: int = 0
     simulated_duration: int | None = None
     mig_profile: str = ""
+    workdir: str = ""  # absolute, on the hosts; empty: the account's home
+    env: dict[str, str] | None = None
+
+
+def env_problems(env) -> list[str]:
+    """What is wrong with a job's `env` (each message names the variable and the limit)."""
+    if env is None:
+        return []
+    if not isinstance(env, dict):
+        return ["must be an object of NAME: VALUE"]
+    problems = []
+    if len(env) > MAX_ENV_VARIABLES:
+        problems.append(f"at most {MAX_ENV_VARIABLES} variables; got {len(env)}")
+    total = 0
+    for name, value in env.items():
+        shown = repr(name[:40]) if isinstance(name, str) else repr(name)
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            problems.append(f"{shown} is not a variable name (letters, digits and _, not starting with a digit)")
+            continue
+        if len(name) > MAX_ENV_NAME_LENGTH:
+            problems.append(f"{shown}…: names are at most {MAX_ENV_NAME_LENGTH} characters")
+            continue
+        if name in RESERVED_NAMES or name.startswith(RESERVED_PREFIXES):
+            problems.append(f"{name} is set by the agent for every job (HOME, USER, CUDA_VISIBLE_DEVICES, the "
+                            "torchrun variables, ALLOT_* and PET_*): it cannot be given")
+            continue
+        if not isinstance(value, str):
+            problems.append(f"{name}: the value must be text")
+            continue
+        if "\x00" in value:
+            problems.append(f"{name}: the value contains a NUL character")
+        if len(value) > MAX_ENV_VALUE_LENGTH:
+            problems.append(f"{name}: the value is {len(value)} characters; at most {MAX_ENV_VALUE_LENGTH}")
+        total += len(name) + len(value)
+    if total > MAX_ENV_TOTAL:
+        problems.append(f"{total} characters in all; at most {MAX_ENV_TOTAL}")
+    return problems
+
+
+def workdir_problems(workdir: str) -> list[str]:
+    if not workdir:
+        return []
+    if len(workdir) > MAX_WORKDIR_LENGTH:
+        return [f"must be at most {MAX_WORKDIR_LENGTH} characters"]
+    if not workdir.startswith("/"):
+        return [f"must be an absolute path (from /); got {workdir[:100]!r}"]
+    if CONTROL_CHARACTERS & set(workdir):
+        return ["must not contain control characters (NUL, newline, …)"]
+    return []
 
 
 def _host_limits(cluster: Cluster) -> dict:
@@ -115,6 +172,10 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
         refuse("command", f"must be at most {MAX_COMMAND_LENGTH} characters")
     if request.simulated_duration is not None and request.simulated_duration < 1:
         refuse("simulated_duration", "must be at least 1 second")
+    for message in workdir_problems(request.workdir):
+        refuse("workdir", message)
+    for message in env_problems(request.env):
+        refuse("env", message)
 
     if cluster is not None:
         if request.min_runtime > cluster.max_min_runtime_seconds:
@@ -187,6 +248,7 @@ def job_submit(*, user, request: JobRequest, at: datetime | None = None) -> Job:
         min_runtime=request.min_runtime, resumable=request.resumable, max_runtime=request.max_runtime,
         priority=request.priority, submitted_at=at, simulated_duration=request.simulated_duration,
         mig_profile=request.mig_profile, pending_reason="waiting for the next scheduling tick",
+        workdir=request.workdir, env=request.env or {},
     )
     contract = (
         f"allocated: protected for {format_duration(job.min_runtime)}" if job.allocated
@@ -277,6 +339,10 @@ def job_end_run(*, job: Job, outcome: str, at: datetime, actor: str, cause: str 
     updates = {
         "state": state, "stop_cause": "", "stop_deadline": None, "preempted_for": None, "exit_code": exit_code,
     }
+    # Causes are written "failed: …" where they arise (a rank's exit, its agent's report): said once here.
+    reason = stop.removeprefix("failed: ") if stop.startswith("failed: ") else (stop or outcome)
+    if state == JobState.FAILED:
+        updates["failure_reason"] = reason[:500]
     if state == JobState.PENDING:
         updates.update(
             restarts=F("restarts") + 1, run_started_at=None, pending_reason="requeued; waiting for the next tick"
@@ -290,8 +356,7 @@ def job_end_run(*, job: Job, outcome: str, at: datetime, actor: str, cause: str 
         JobState.PENDING: f"requeued with its original submit time after {format_duration(run_seconds)} "
                           f"({stop or 'host lost'})",
         JobState.PREEMPTED: f"preempted and not resumable: stopped for good ({stop})",
-        JobState.FAILED: f"failed: {stop or outcome}"
-                         + (f", exit code {exit_code}" if exit_code is not None else ""),
+        JobState.FAILED: f"failed: {reason}" + (f", exit code {exit_code}" if exit_code is not None else ""),
     }[state]
     JobEvent.objects.create(job=job, at=at, kind=kind, actor=actor, cause=stop, detail=summary)
     job.refresh_from_db()

@@ -6,6 +6,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from budgets.selectors import posix_account
 from scheduler.api.views import command_visibility
 from scheduler.executors import default_duration
 from scheduler.models import Job
@@ -72,6 +73,7 @@ def job_detail(request, pk):
         "work": _simulated_work(job),
         "processes": job.processes.filter(run=job.restarts).select_related("host").order_by("rank"),
         "show_command": command_visibility(request.user)(job),
+        "account": posix_account(job.user),
         "can_cancel": can_cancel(request.user, job) and not job.is_final,
     }
     template = "scheduler/_job_body.html" if request.htmx else "scheduler/job_detail.html"

@@ -23,3 +23,14 @@ class DomainKind(models.TextChoices):
 class Executor(models.TextChoices):
     AGENT = "agent", "agent"
     SIMULATED = "simulated", "simulated"
+
+
+class AgentMode(models.TextChoices):
+    ROOT = "root", "runs each job as its submitter"
+    SINGLE_USER = "single-user", "single-user agent"
+
+
+class Containment(models.TextChoices):
+    V2 = "v2", "cgroup v2"
+    V1 = "v1", "cgroup v1"
+    NONE = "none", "none (process groups)"

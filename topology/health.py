@@ -5,7 +5,15 @@ editable in the admin or under `health:` in the cluster file):
 
     {"xid": {"48": "drain", "79": "drain", "94": "drain", "95": "drain"},
      "heartbeat_lost": "down",
-     "gpus_missing": "drain"}
+     "gpus_missing": "drain",
+     "nvml_error": "drain",
+     "ecc_uncorrected": "drain",
+     "rows_pending": "drain"}
+
+`nvml_error`: an NVML call the agent makes fails (on a GPU or as a whole), which
+is never taken for health; `ecc_uncorrected`: a GPU's volatile uncorrected
+(double-bit) ECC count rises; `rows_pending`: a GPU has retired pages or
+remapped rows pending, which take effect only after a GPU reset.
 
 Actions: `drain` (no new jobs; jobs leave at their minimum runtime; then
 drained, ready for repair), `cordon` (no new jobs; running ones stay),
@@ -57,7 +65,12 @@ DEFAULT_HEALTH_POLICY = {
     "xid": {"48": "drain", "79": "drain", "94": "drain", "95": "drain"},
     "heartbeat_lost": "down",
     "gpus_missing": "drain",
+    "nvml_error": "drain",
+    "ecc_uncorrected": "drain",
+    "rows_pending": "drain",
 }
+# Health events with one action each (the XIDs have a map of their own).
+EVENT_KEYS = ("gpus_missing", "nvml_error", "ecc_uncorrected", "rows_pending")
 HEALTH_ACTOR = "system:health"
 
 
@@ -66,7 +79,7 @@ def default_health_policy() -> dict:
     return {
         "xid": dict(DEFAULT_HEALTH_POLICY["xid"]),
         "heartbeat_lost": DEFAULT_HEALTH_POLICY["heartbeat_lost"],
-        "gpus_missing": DEFAULT_HEALTH_POLICY["gpus_missing"],
+        **{key: DEFAULT_HEALTH_POLICY[key] for key in EVENT_KEYS},
     }
 
 
@@ -94,9 +107,9 @@ def parse_health_policy(data, where: str = "health") -> tuple[dict, list[str]]:
     if data is None:
         return policy, problems
     if not isinstance(data, dict):
-        return policy, [f"{where}: must be a mapping with xid, heartbeat_lost, gpus_missing"]
-    for key in sorted(set(data) - {"xid", "heartbeat_lost", "gpus_missing"}):
-        problems.append(f"{where}.{key}: unknown key (known: xid, heartbeat_lost, gpus_missing)")
+        return policy, [f"{where}: must be a mapping with xid, heartbeat_lost, {', '.join(EVENT_KEYS)}"]
+    for key in sorted(set(data) - {"xid", "heartbeat_lost", *EVENT_KEYS}):
+        problems.append(f"{where}.{key}: unknown key (known: xid, heartbeat_lost, {', '.join(EVENT_KEYS)})")
     if "xid" in data:
         xids = data["xid"]
         if not isinstance(xids, dict):
@@ -114,7 +127,7 @@ def parse_health_policy(data, where: str = "health") -> tuple[dict, list[str]]:
                     problems.append(f"{where}.xid.{code}: {action!r} must be one of {', '.join(ACTIONS)}")
                 else:
                     policy["xid"][str(number)] = action
-    for key, allowed in (("heartbeat_lost", HEARTBEAT_ACTIONS), ("gpus_missing", ACTIONS)):
+    for key, allowed in (("heartbeat_lost", HEARTBEAT_ACTIONS), *((key, ACTIONS) for key in EVENT_KEYS)):
         if key in data:
             if data[key] not in allowed:
                 problems.append(f"{where}.{key}: {data[key]!r} must be one of {', '.join(allowed)}")
@@ -130,11 +143,15 @@ class HealthPolicy:
     xid: dict[str, str]
     heartbeat_lost: str
     gpus_missing: str
+    nvml_error: str = DEFAULT_HEALTH_POLICY["nvml_error"]
+    ecc_uncorrected: str = DEFAULT_HEALTH_POLICY["ecc_uncorrected"]
+    rows_pending: str = DEFAULT_HEALTH_POLICY["rows_pending"]
 
     @classmethod
     def of(cls, stored) -> "HealthPolicy":
         policy, _ = parse_health_policy(stored)
-        return cls(xid=policy["xid"], heartbeat_lost=policy["heartbeat_lost"], gpus_missing=policy["gpus_missing"])
+        return cls(xid=policy["xid"], heartbeat_lost=policy["heartbeat_lost"],
+                   **{key: policy[key] for key in EVENT_KEYS})
 
     def for_xid(self, code: int) -> str:
         return self.xid.get(str(code), "none")
@@ -147,4 +164,7 @@ class HealthPolicy:
         ]
         rows.append(("lost heartbeat", self.heartbeat_lost))
         rows.append(("fewer GPUs visible than expected", self.gpus_missing))
+        rows.append(("an NVML error", self.nvml_error))
+        rows.append(("uncorrected ECC errors", self.ecc_uncorrected))
+        rows.append(("retired pages or remapped rows pending", self.rows_pending))
         return rows

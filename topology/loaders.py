@@ -40,6 +40,7 @@ POLICY_FIELDS = {
     "fast_lane_max_min_runtime": ("fast_lane_max_min_runtime_seconds", "duration"),
     "heartbeat_timeout": ("heartbeat_timeout_seconds", "duration"),
     "executor": ("executor", "executor"),
+    "allow_root_jobs": ("allow_root_jobs", "bool"),
 }
 DOMAIN_KEYS = {
     "name", "count", "block", "hosts", "gpus_per_host", "gpu_type",
@@ -195,6 +196,11 @@ def parse_cluster(data) -> ClusterSpec:
             checked = _count(value, f"policy.{key}", problems, minimum=0)
             if checked is not None:
                 policy[model_field] = checked
+        elif kind == "bool":
+            if isinstance(value, bool):
+                policy[model_field] = value
+            else:
+                problems.append(f"policy.{key}: {value!r} must be true or false")
         elif value not in Executor.values:
             problems.append(f"policy.{key}: {value!r} must be one of {', '.join(Executor.values)}")
         else:

@@ -1,12 +1,13 @@
+import hashlib
 import secrets
 
-from django.db import models
+from django.db import models, transaction
 from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from scheduler.core import model as core
 from scheduler.core.mig import PROFILES as MIG_PROFILES
-from topology.choices import DomainKind, Executor, GpuHealth, HostState
+from topology.choices import AgentMode, Containment, DomainKind, Executor, GpuHealth, HostState
 from topology.health import HealthPolicy, default_health_policy, parse_health_policy
 
 SCHEDULABLE_STATES = (HostState.UP,)
@@ -29,6 +30,11 @@ class Cluster(models.Model):
     fast_lane_max_min_runtime_seconds = models.PositiveIntegerField(default=15 * 60)
     heartbeat_timeout_seconds = models.PositiveIntegerField(default=90)
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.AGENT)
+    # Agents never run a job as uid 0 (an account mapped to root, or a single-user agent running as root)
+    # unless this is set.
+    allow_root_jobs = models.BooleanField(
+        default=False, help_text="Let agents run jobs as uid 0 (root accounts, single-user agents run as root).",
+    )
     # Health events -> actions: {"xid": {"79": "drain", ...}, "heartbeat_lost": "down", "gpus_missing": "drain"}.
     health_policy = models.JSONField(
         default=default_health_policy, blank=True,
@@ -155,6 +161,16 @@ class Host(models.Model):
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     # Where peers reach this host (MASTER_ADDR for multi-host jobs), as its agent reports it.
     address = models.CharField(max_length=255, blank=True)
+    # How its agent runs jobs, as the agent reports it at each heartbeat.
+    agent_mode = models.CharField(max_length=16, choices=AgentMode.choices, blank=True,
+                                  help_text="root: each job as its submitter; single-user: every job as the "
+                                            "agent's own account, only that account's jobs.")
+    agent_account = models.CharField(max_length=64, blank=True, help_text="A single-user agent's own account.")
+    containment = models.CharField(max_length=8, choices=Containment.choices, blank=True,
+                                   help_text="How the agent contains each job rank: cgroup v2, v1, or none "
+                                             "(process groups only).")
+    containment_note = models.CharField(max_length=300, blank=True,
+                                        help_text="What the agent's containment cannot do on this host.")
 
     class Meta:
         ordering = ["domain__name", "position"]
@@ -200,6 +216,12 @@ class Gpu(models.Model):
     # MIG mode (set from the cluster file): the GPU takes only jobs asking for a
     # MIG profile, on the instances of its layout (MigInstance).
     mig_enabled = models.BooleanField(default=False)
+    # What NVML last said of it (the agent's heartbeat); None: not reported (no NVML, or not supported).
+    uuid = models.CharField(max_length=100, blank=True)
+    ecc_uncorrected_volatile = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Uncorrected (double-bit) ECC errors since the driver loaded.")
+    retired_pages_pending = models.BooleanField(null=True, blank=True)
+    remapped_rows_pending = models.BooleanField(null=True, blank=True)
 
     class Meta:
         ordering = ["host__name", "index"]
@@ -272,6 +294,9 @@ class HostEvent(models.Model):
         GPU_MISSING = "gpu_missing", "GPUs missing"
         HEARTBEAT_LOST = "heartbeat_lost", "heartbeat lost"
         INVENTORY = "inventory", "inventory change"
+        NVML_ERROR = "nvml_error", "NVML error"
+        ECC = "ecc", "uncorrected ECC errors"
+        ROWS_PENDING = "rows_pending", "memory repair pending"
 
     host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="events")
     at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -280,6 +305,8 @@ class HostEvent(models.Model):
     actor = models.CharField(max_length=150)
     # The XID code of an `xid` event (for its meaning and for /metrics).
     code = models.PositiveIntegerField(null=True, blank=True)
+    # The GPU a health event names (its index on the host); None: the host as a whole.
+    gpu = models.PositiveSmallIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-at", "-id"]
@@ -296,17 +323,85 @@ class HostEvent(models.Model):
         return xid_meaning(self.code) if self.kind == self.Kind.XID else ""
 
 
-class AgentToken(models.Model):
-    """The secret a host's agent presents; it acts for that host only."""
+def hash_agent_key(key: str) -> str:
+    """How a token is kept: its SHA-256 (the key is 256 random bits, so a fast hash is enough)."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
-    host = models.OneToOneField(Host, on_delete=models.CASCADE, related_name="agent_token")
-    key = models.CharField(max_length=64, unique=True)
-    created_at = models.DateTimeField(auto_now_add=True)
+
+class AgentTokenQuerySet(models.QuerySet):
+    def live(self):
+        return self.filter(revoked_at__isnull=True)
+
+
+class AgentToken(models.Model):
+    """A secret a host's agent presents; it acts for that host only. Only its hash is kept: the key is
+    shown once, when issued (`manage.py agent_token HOST`, topology.services.agent_token_issue)."""
+
+    host = models.ForeignKey(Host, on_delete=models.CASCADE, related_name="agent_tokens")
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=8, help_text="The key's first characters, to tell tokens apart.")
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.CharField(max_length=150, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.CharField(max_length=150, blank=True)
+    revoke_reason = models.CharField(max_length=500, blank=True)
+
+    objects = AgentTokenQuerySet.as_manager()
+    # Set on the instance that issued it, never stored: the key itself.
+    key: str = ""
+
+    class Meta:
+        ordering = ["host__name", "-created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["host"], condition=Q(revoked_at__isnull=True),
+                                    name="%(app_label)s_%(class)s_one_live_per_host"),
+        ]
 
     def __str__(self):
-        return f"agent token of {self.host}"
+        return f"agent token {self.prefix}… of {self.host}" + (" (revoked)" if self.revoked_at else "")
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    @classmethod
+    def find(cls, key: str) -> "AgentToken | None":
+        """The live token with this key, or None."""
+        return (cls.objects.live().select_related("host__domain__cluster")
+                .filter(key_hash=hash_agent_key(key)).first())
+
+    @classmethod
+    def issue(cls, *, host: Host, actor: str, reason: str = "") -> "AgentToken":
+        """A new token for `host`, its live one revoked in the same transaction; `.key` holds the key, the
+        only time it is known. Recorded in the host's history."""
+        key = secrets.token_hex(32)
+        now = timezone.now()
+        with transaction.atomic():
+            Host.objects.select_for_update().filter(pk=host.pk).first()  # one issue per host at a time
+            revoked = cls.objects.live().filter(host=host).update(
+                revoked_at=now, revoked_by=actor, revoke_reason=reason or "replaced by a new token")
+            token = cls.objects.create(host=host, key_hash=hash_agent_key(key), prefix=key[:8], created_at=now,
+                                       created_by=actor)
+            HostEvent.objects.create(host=host, at=now, kind=HostEvent.Kind.INVENTORY, actor=actor,
+                                     detail=f"agent token {token.prefix}… issued"
+                                            + (", the previous one revoked" if revoked else "")
+                                            + (f": {reason}" if reason else ""))
+        token.key = key
+        return token
+
+    def revoke(self, *, actor: str, reason: str) -> bool:
+        """Revoke this token now (its agent is refused from its next heartbeat); False if it already was."""
+        now = timezone.now()
+        if not AgentToken.objects.filter(pk=self.pk, revoked_at__isnull=True).update(
+                revoked_at=now, revoked_by=actor, revoke_reason=reason):
+            return False
+        self.revoked_at, self.revoked_by, self.revoke_reason = now, actor, reason
+        HostEvent.objects.create(host=self.host, at=now, kind=HostEvent.Kind.INVENTORY, actor=actor,
+                                 detail=f"agent token {self.prefix}… revoked" + (f": {reason}" if reason else ""))
+        return True
 
     @classmethod
     def for_host(cls, host: Host) -> "AgentToken":
-        token, _ = cls.objects.get_or_create(host=host, defaults={"key": secrets.token_hex(32)})
-        return token
+        """A new token for `host` (its previous one revoked), with `.key` set: for tests and scripts."""
+        return cls.issue(host=host, actor="system:test", reason="issued for a test")

@@ -2,8 +2,10 @@
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from django.db.models import OuterRef, Prefetch, Subquery
+from django.utils import timezone
 
 from topology.choices import GpuHealth, HostState
 from topology.models import (
@@ -39,6 +41,10 @@ class GpuView:
     mig: bool = False  # in MIG mode
     # Its MIG instances by start slot: [(profile, start, job id holding it or None)].
     mig_instances: list = field(default_factory=list)
+    # The latest health event naming it (host pages): "XID 79", "NVML error", … and when; "" when none.
+    mark: str = ""
+    mark_at: datetime | None = None
+    mark_detail: str = ""
 
     @property
     def mig_summary(self) -> str:
@@ -196,7 +202,38 @@ def _host_view(host: Host, gpus, holders: dict[int, list], instances: dict[int, 
 
 def host_view(host: Host) -> HostView:
     gpus = list(host.gpus.order_by("index"))
-    return _host_view(host, gpus, _live_holders([gpu.pk for gpu in gpus]), _mig_instances(gpus))
+    view = _host_view(host, gpus, _live_holders([gpu.pk for gpu in gpus]), _mig_instances(gpus))
+    marks = gpu_health_marks(host)
+    for gpu in view.gpus:
+        if gpu.index in marks:
+            gpu.mark, gpu.mark_at, gpu.mark_detail = marks[gpu.index]
+    return view
+
+
+# Health events that name a GPU, and how its row says it.
+GPU_HEALTH_KINDS = {HostEvent.Kind.XID: "XID", HostEvent.Kind.NVML_ERROR: "NVML error",
+                    HostEvent.Kind.ECC: "uncorrected ECC", HostEvent.Kind.ROWS_PENDING: "repair pending"}
+MARK_WINDOW = timedelta(days=1)
+
+
+def gpu_health_marks(host: Host, *, now: datetime | None = None) -> dict[int, tuple[str, datetime, str]]:
+    """GPU index → (label, when, detail) of the latest health event naming it: since the host last came back
+    into service, and within a day. Two queries."""
+    now = now or timezone.now()
+    since = now - MARK_WINDOW
+    back_in_service = (host.events.filter(kind=HostEvent.Kind.STATE, detail__contains="→ up:")
+                       .values_list("at", flat=True).first())
+    if back_in_service and back_in_service > since:
+        since = back_in_service
+    marks: dict[int, tuple[str, datetime, str]] = {}
+    for index, kind, code, at, detail in (
+        host.events.filter(kind__in=list(GPU_HEALTH_KINDS), gpu__isnull=False, at__gte=since)
+        .order_by("-at", "-id").values_list("gpu", "kind", "code", "at", "detail")
+    ):
+        if index not in marks:
+            label = f"XID {code}" if kind == HostEvent.Kind.XID else GPU_HEALTH_KINDS[kind]
+            marks[index] = (label, at, detail)
+    return marks
 
 
 def mark_reservations(views: list[DomainView], reservations: list[dict]) -> None:

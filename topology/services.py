@@ -133,9 +133,19 @@ def record_xid(*, host: Host, code: int, gpu: int | None = None, detail: str = "
     meaning = xid_meaning(code) or detail or "see NVIDIA's Xid catalog"
     text = f"XID {code}{where}: {meaning}"
     HostEvent.objects.create(
-        host=host, at=at, kind=HostEvent.Kind.XID, actor=actor, code=code,
+        host=host, at=at, kind=HostEvent.Kind.XID, actor=actor, code=code, gpu=gpu,
         detail=(text + (f" ({detail})" if detail and detail != meaning else ""))[:1000],
     )
+    return text
+
+
+def record_health_event(*, host: Host, kind: str, gpu: int | None, detail: str, at: datetime, actor: str) -> str:
+    """Keep a health event other than an XID (an NVML error, uncorrected ECC errors, pending row repairs) on
+    the GPU it names; return the text an automated action gives as its reason."""
+    label = {HostEvent.Kind.NVML_ERROR: "NVML error", HostEvent.Kind.ECC: "uncorrected ECC errors",
+             HostEvent.Kind.ROWS_PENDING: "memory repair pending"}.get(kind, kind)
+    text = f"{label}{f' on GPU {gpu}' if gpu is not None else ''}: {detail}" if detail else label
+    HostEvent.objects.create(host=host, at=at, kind=kind, actor=actor, gpu=gpu, detail=text[:1000])
     return text
 
 

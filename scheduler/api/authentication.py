@@ -1,9 +1,20 @@
-"""Agents authenticate with their host's token: `Authorization: Agent <key>`."""
+"""Agents authenticate with their host's token: `Authorization: Agent <key>`.
 
+Only the token's SHA-256 is stored (topology.models.AgentToken); a revoked token is refused like an unknown
+one. Whatever bytes the header holds, the answer is a 401, never a 500.
+"""
+
+from datetime import timedelta
+
+from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
 from topology.models import AgentToken
+
+# `last_used_at` is written at most this often per token: not one more write per heartbeat.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+MAX_KEY_LENGTH = 200
 
 
 class AgentPrincipal:
@@ -30,14 +41,25 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Agent"
 
     def authenticate(self, request):
-        header = authentication.get_authorization_header(request).split()
+        raw = request.headers.get("authorization", b"")
+        if isinstance(raw, str):
+            # WSGI hands headers over as latin-1 text; a test client may hand over anything.
+            raw = raw.encode("latin-1", errors="replace")
+        header = raw.split()
         if not header or header[0].lower() != self.keyword.lower().encode():
             return None
-        if len(header) != 2:
+        if len(header) != 2 or len(header[1]) > MAX_KEY_LENGTH:
             raise exceptions.AuthenticationFailed("Invalid agent header: expected `Agent <token>`.")
-        token = AgentToken.objects.select_related("host__domain__cluster").filter(key=header[1].decode()).first()
+        try:
+            key = header[1].decode("ascii")
+        except UnicodeDecodeError:
+            raise exceptions.AuthenticationFailed("Invalid agent header: the token is not ASCII text.")
+        token = AgentToken.find(key)
         if token is None:
-            raise exceptions.AuthenticationFailed("Unknown agent token.")
+            raise exceptions.AuthenticationFailed("Unknown or revoked agent token.")
+        now = timezone.now()
+        if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+            AgentToken.objects.filter(pk=token.pk).update(last_used_at=now)
         return AgentPrincipal(token.host), token
 
     def authenticate_header(self, request):
@@ -60,4 +82,5 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema):
         return {"type": "apiKey", "in": "header", "name": "Authorization",
-                "description": "`Agent <key>`: the host's token from `manage.py agent_token HOST`."}
+                "description": "`Agent <key>`: the host's token from `manage.py agent_token HOST` (`--rotate` "
+                               "replaces it)."}

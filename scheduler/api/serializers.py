@@ -1,11 +1,20 @@
+from django.core.validators import ProhibitNullCharactersValidator
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
+from rest_framework.fields import ProhibitSurrogateCharactersValidator
 
 from scheduler.choices import Priority, Topology
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import Job, JobEvent
 
 MAX_SECONDS = 10 * 365 * 86400
+# Integers from agents end up in IntegerField (32-bit) and BigAutoField (64-bit) columns.
+MAX_INT = 2**31 - 1
+MAX_BIGINT = 2**63 - 1
+# A heartbeat's lists, capped: a host has at most this many GPUs, events to tell and ranks.
+MAX_GPUS = 1024
+MAX_EVENTS = 1000
+MAX_PROCESSES = 4096
 
 
 class JobSubmitSerializer(serializers.Serializer):
@@ -37,6 +46,18 @@ class JobSubmitSerializer(serializers.Serializer):
         help_text=f"A MIG instance of this profile ({', '.join(MIG_PROFILES)}) on a GPU in MIG mode, instead of a "
                   "whole GPU or a fraction: 1-GPU jobs only, not with gpu_milli.",
     )
+    workdir = serializers.CharField(
+        max_length=4096, required=False, allow_blank=True, default="", trim_whitespace=False,
+        help_text="Absolute directory on the hosts the job starts in; empty: the account's home. `allot submit` "
+                  "sends the directory it is run from.",
+    )
+    env = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=32768), required=False,
+        default=dict,
+        help_text="The job's own environment variables, NAME: VALUE (at most 256, 64 KiB in all); the agent adds "
+                  "the account's HOME, USER, LOGNAME, SHELL and PATH, CUDA_VISIBLE_DEVICES and the torchrun and "
+                  "ALLOT_* variables, which cannot be given here.",
+    )
 
 
 class JobEventSerializer(serializers.ModelSerializer):
@@ -57,6 +78,8 @@ class JobSerializer(serializers.ModelSerializer):
     hosts = serializers.SerializerMethodField()
     submitted_at = serializers.DateTimeField()
     command = serializers.SerializerMethodField()
+    workdir = serializers.SerializerMethodField()
+    env = serializers.SerializerMethodField()
 
     class Meta:
         model = Job
@@ -64,7 +87,8 @@ class JobSerializer(serializers.ModelSerializer):
             "id", "name", "state", "cluster", "project", "user", "gpus", "gpus_per_host", "gpu_type", "gpu_milli",
             "mig_profile", "topology", "cpus", "memory_gib", "min_runtime", "resumable", "max_runtime", "priority",
             "allocation", "queue_position", "project_position", "pending_reason", "estimated_start", "gpu_ids", "hosts",
-            "submitted_at", "started_at", "ended_at", "preemptions", "restarts", "exit_code", "stop_cause", "command",
+            "submitted_at", "started_at", "ended_at", "preemptions", "restarts", "exit_code", "stop_cause",
+            "failure_reason", "command", "workdir", "env",
         ]
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
@@ -82,8 +106,21 @@ class JobSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_command(self, job):
         """Shown to the job's owner, managers of its project, on-call and admins."""
+        return job.command if self._visible(job) else None
+
+    def _visible(self, job) -> bool:
         visible = self.context.get("command_visible")
-        return job.command if visible is None or visible(job) else None
+        return visible is None or visible(job)
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_workdir(self, job):
+        """Shown to those who see the command."""
+        return job.workdir if self._visible(job) else None
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField(), allow_null=True))
+    def get_env(self, job):
+        """The job's own variables (they may hold its secrets): shown to those who see the command."""
+        return job.env if self._visible(job) else None
 
 
 class JobDetailSerializer(JobSerializer):
@@ -100,7 +137,7 @@ class JobDetailSerializer(JobSerializer):
             return []
         return [
             {"run": p.run, "rank": p.rank, "host": p.host.name, "state": p.state, "exit_code": p.exit_code,
-             "tail": p.output_tail}
+             "error": p.error, "tail": p.output_tail}
             for p in job.processes.filter(run=job.restarts).select_related("host").order_by("rank")
         ]
 
@@ -109,34 +146,117 @@ class CancelSerializer(serializers.Serializer):
     reason = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
 
+class RawTextField(serializers.CharField):
+    """Text from a host, taken as it comes (NUL, lone surrogates) and cleaned by scheduler/agents.py, not
+    refused: one job's output must not cost its host a heartbeat."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.validators = [v for v in self.validators if not isinstance(
+            v, ProhibitNullCharactersValidator | ProhibitSurrogateCharactersValidator)]
+
+
 class AgentGpuSerializer(serializers.Serializer):
-    index = serializers.IntegerField(min_value=0, max_value=1024)
+    index = serializers.IntegerField(min_value=0, max_value=MAX_GPUS)
     health = serializers.ChoiceField(choices=["ok", "failed"], default="ok")
-    uuid = serializers.CharField(max_length=100, required=False, allow_blank=True)
+    uuid = RawTextField(max_length=100, required=False, allow_blank=True)
+    ecc_uncorrected_volatile = serializers.IntegerField(min_value=0, max_value=MAX_BIGINT, required=False,
+                                                        allow_null=True)
+    retired_pages_pending = serializers.BooleanField(required=False, allow_null=True)
+    remapped_rows_pending = serializers.BooleanField(required=False, allow_null=True)
 
 
 class AgentEventSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["xid"])
-    gpu = serializers.IntegerField(min_value=0, max_value=1024, required=False, allow_null=True)
-    code = serializers.IntegerField(min_value=0, max_value=100000)
-    detail = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    kind = serializers.ChoiceField(choices=["xid", "nvml_error"])
+    gpu = serializers.IntegerField(min_value=0, max_value=MAX_GPUS, required=False, allow_null=True)
+    code = serializers.IntegerField(min_value=0, max_value=100000, required=False, allow_null=True)
+    detail = RawTextField(max_length=500, required=False, allow_blank=True, default="")
+
+    def validate(self, data):
+        if data["kind"] == "xid" and data.get("code") is None:
+            raise serializers.ValidationError({"code": ["required for an xid event"]})
+        return data
 
 
 class AgentProcessSerializer(serializers.Serializer):
-    job = serializers.IntegerField(min_value=1)
-    run = serializers.IntegerField(min_value=0)
-    rank = serializers.IntegerField(min_value=0)
+    job = serializers.IntegerField(min_value=1, max_value=MAX_BIGINT)
+    run = serializers.IntegerField(min_value=0, max_value=MAX_INT)
+    rank = serializers.IntegerField(min_value=0, max_value=MAX_INT)
     state = serializers.ChoiceField(choices=["running", "exited"])
-    pid = serializers.IntegerField(required=False, allow_null=True)
-    exit_code = serializers.IntegerField(required=False, allow_null=True)
-    output_tail = serializers.CharField(required=False, allow_blank=True, allow_null=True, trim_whitespace=False,
-                                        max_length=64000)
+    pid = serializers.IntegerField(min_value=0, max_value=MAX_INT, required=False, allow_null=True)
+    exit_code = serializers.IntegerField(min_value=-MAX_INT - 1, max_value=MAX_INT, required=False, allow_null=True)
+    output_tail = RawTextField(required=False, allow_blank=True, allow_null=True, trim_whitespace=False,
+                               max_length=64000)
     checkpoint_at = serializers.DateTimeField(required=False, allow_null=True)
+    error = RawTextField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+class AgentFactsSerializer(serializers.Serializer):
+    mode = serializers.ChoiceField(choices=["root", "single-user"])
+    account = RawTextField(max_length=64, required=False, allow_blank=True, default="")
+    uid = serializers.IntegerField(min_value=0, max_value=MAX_INT)
+    containment = serializers.ChoiceField(choices=["v2", "v1", "none"])
+    notes = RawTextField(max_length=1000, required=False, allow_blank=True, default="")
 
 
 class HeartbeatSerializer(serializers.Serializer):
+    """The heartbeat's envelope. Its entries (`gpus`, `events`, `processes`) are checked one by one
+    (`checked_entries`): a bad one is refused by name, the others are applied."""
+
     host = serializers.CharField(max_length=96)
     address = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
-    gpus = AgentGpuSerializer(many=True, required=False, default=list)
-    events = AgentEventSerializer(many=True, required=False, default=list)
-    processes = AgentProcessSerializer(many=True, required=False, default=list)
+    gpus = serializers.ListField(child=serializers.JSONField(), required=False, default=list, max_length=MAX_GPUS,
+                                 help_text="[{index, health, uuid?, ecc_uncorrected_volatile?, retired_pages_pending?, "
+                                           "remapped_rows_pending?}]")
+    events = serializers.ListField(child=serializers.JSONField(), required=False, default=list,
+                                   max_length=MAX_EVENTS, help_text="[{kind: xid|nvml_error, gpu?, code?, detail?}]")
+    processes = serializers.ListField(child=serializers.JSONField(), required=False, default=list,
+                                      max_length=MAX_PROCESSES,
+                                      help_text="[{job, run, rank, state, pid?, exit_code?, output_tail?, "
+                                                "checkpoint_at?, error?}]")
+    agent = serializers.JSONField(required=False, default=None,
+                                  help_text="{mode: root|single-user, account, uid, containment: v2|v1|none, notes}")
+
+
+ENTRY_SERIALIZERS = {"gpus": AgentGpuSerializer, "events": AgentEventSerializer,
+                     "processes": AgentProcessSerializer}
+
+
+def checked_entries(data: dict) -> tuple[dict[str, list], list[dict]]:
+    """Each entry of the heartbeat's lists on its own: (the valid ones by list, the refused ones named:
+    `{"entry": "processes[3]", "job": 12, "errors": {"pid": ["…"]}}`). A GPU index given twice keeps the
+    first."""
+    valid: dict[str, list] = {name: [] for name in ENTRY_SERIALIZERS}
+    refused: list[dict] = []
+    for name, serializer_class in ENTRY_SERIALIZERS.items():
+        seen = set()
+        for position, entry in enumerate(data.get(name) or []):
+            serializer = serializer_class(data=entry)
+            if not isinstance(entry, dict):
+                refused.append({"entry": f"{name}[{position}]", "errors": {"non_field_errors": ["must be an object"]}})
+                continue
+            if not serializer.is_valid():
+                found = {key: entry.get(key) for key in ("job", "run", "rank", "index") if key in entry}
+                refused.append({"entry": f"{name}[{position}]",
+                                **{key: value for key, value in found.items() if isinstance(value, int)
+                                   and abs(value) <= MAX_BIGINT},
+                                "errors": {key: [str(message) for message in messages] for key, messages
+                                           in serializer.errors.items()}})
+                continue
+            identity = serializer.validated_data.get("index") if name == "gpus" else None
+            if identity is not None:
+                if identity in seen:
+                    continue
+                seen.add(identity)
+            valid[name].append(serializer.validated_data)
+    agent = data.get("agent")
+    facts = None
+    if agent is not None:
+        serializer = AgentFactsSerializer(data=agent)
+        if serializer.is_valid():
+            facts = dict(serializer.validated_data)
+        else:
+            refused.append({"entry": "agent", "errors": serializer.errors if isinstance(serializer.errors, dict)
+                            else {"non_field_errors": ["must be an object"]}})
+    valid["agent"] = facts
+    return valid, refused

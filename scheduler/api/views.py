@@ -17,11 +17,13 @@ from scheduler.api.serializers import (
     JobDetailSerializer,
     JobSerializer,
     JobSubmitSerializer,
+    checked_entries,
 )
 from scheduler.choices import JobState
 from scheduler.models import Job, JobEvent
 from scheduler.selectors import live_gpu_ids
 from scheduler.services import JobError, JobRequest, can_cancel, job_cancel, job_submit
+from topology.choices import Executor
 
 
 def command_visibility(user):
@@ -135,7 +137,10 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
 @extend_schema(tags=["agent"], request=HeartbeatSerializer, responses={200: dict})
 class HeartbeatView(APIView):
-    """An agent reports its host's health and processes; the reply holds its assignments and stops."""
+    """An agent reports its host's health and processes; the reply holds its assignments and stops.
+
+    Entries are checked one by one: the reply's `refused` names each bad one and why, the rest is applied.
+    A host of a simulated cluster is refused (409): its jobs exist only in simulated time."""
 
     authentication_classes = [AgentTokenAuthentication]
     permission_classes = [IsAgent]
@@ -147,8 +152,20 @@ class HeartbeatView(APIView):
         host = request.user.host
         if data["host"] != host.name:
             raise PermissionDenied(f"this token acts for {host.name}, not {data['host']}")
+        cluster = host.domain.cluster
+        if cluster.executor == Executor.SIMULATED:
+            # Its jobs (anyone's) exist only in simulated time: an agent must not run them for real.
+            return Response({"detail": f"{host.name} belongs to {cluster.name}, whose jobs are simulated (executor: "
+                                       "simulated): no agent may run them. Set `executor: agent` in the cluster "
+                                       "file to run jobs on real hosts."}, status=status.HTTP_409_CONFLICT)
+        entries, refused = checked_entries(data)
+        agent = entries["agent"]
+        if agent and agent["mode"] == "single-user" and agent["uid"] == 0 and not cluster.allow_root_jobs:
+            raise PermissionDenied(f"a single-user agent running as root would run every job on {host.name} as root, "
+                                   f"and {cluster.name} does not allow root jobs (policy allow_root_jobs): run the "
+                                   "agent as root without --single-user, or as another account")
         beat = Heartbeat(
-            host=host, address=data["address"], gpus=data["gpus"], events=data["events"],
-            processes=[ProcessReport(**process) for process in data["processes"]],
+            host=host, address=data["address"], gpus=entries["gpus"], events=entries["events"],
+            processes=[ProcessReport(**process) for process in entries["processes"]], agent=agent, refused=refused,
         )
         return Response(agent_heartbeat(beat))

@@ -244,6 +244,7 @@ class Cycle:
         self._reserved_until: list[float] = []
         # (placement class, reservations) of jobs only a reservation kept from starting.
         self._kept_out: set[tuple] = set()
+        self._victims_kept_out = False
         self._needs: dict[tuple, str] = {}
         self._entitled_elsewhere: set[str] = set()
 
@@ -334,6 +335,9 @@ class Cycle:
                 self._preempt(job, plan)
                 return True
             self._no_victims[(job.project, preempting, access)] = (job.gpus, charge)
+            if self._reserved and self._request(job).protected_for > 0:
+                # A reservation may have kept it from victims on the hosts it holds (rule 5).
+                self._victims_kept_out = True
         if self.reservation_attempts < self.policy.max_reservations:
             self.reservation_attempts += 1
             return self._reserve(job, charge)
@@ -444,8 +448,12 @@ class Cycle:
         self.started_runs[job.id] = (started, [(host, count) for host, count in placement.parts])
 
     def held_back(self) -> bool:
-        """Did a reservation keep a job out of GPUs that were free for it? (then the order matters next tick)"""
-        return bool(self._kept_out) and self.capacity.has_room()
+        """Did a reservation keep a job out of GPUs that were free for it, or from victims it might have taken?
+
+        Where rule 5 holds hosts moves with time alone (jobs that may be made to leave at once leave later as
+        time passes), so the next tick may decide otherwise (`quiet.py`).
+        """
+        return (bool(self._kept_out) and self.capacity.has_room()) or self._victims_kept_out
 
     def release_reservations(self) -> None:
         """Rule 5's holds last one tick: the next one reserves anew."""

@@ -24,9 +24,16 @@ What can change a decision with time alone, each at a moment known now:
 And right after a tick that started allocated jobs: it charged their units
 for them (rule 2), and those charges are gone at the next tick, where such a
 unit may then take from another. (A job holding a claim is charged at the
-start of every tick alike, and so in the comparisons here.) Ratios that drift while nothing can start or preempt only
-move which job a reservation names (rule 5) until the next event; that is
-not counted.
+start of every tick alike, and so in the comparisons here.)
+
+And when a reservation kept a job out of free GPUs or from victims (rule 5),
+where it holds hosts moves with time too: with the order of the units (which
+job is first), and whenever a job that may be made to leave at once (leaving
+at now + its grace period) comes to leave after one that leaves at a set
+time (a protection's end, a grace period's end, plus a grace period). Those
+moments are counted as well. Otherwise ratios that drift while nothing can
+start or preempt only move which job a reservation names until the next
+event; that is not counted.
 """
 
 from __future__ import annotations
@@ -86,6 +93,30 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             soonest = min(soonest, refill)
     if fair_share and waiting and (losers or state.held_back):
         soonest = min(soonest, _turns(state, now, policy, losers, window_edges, started))
+    if fair_share and waiting and state.held_back:
+        soonest = min(soonest, _leave_order_turns(state, now, policy))
+    return soonest
+
+
+def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float:
+    """When a job leaving `now + grace` would first come to leave after one leaving at a set time (rule 5's
+    sweep then meets them in another order)."""
+    offsets = sorted({policy.grace_period, policy.unallocated_grace})
+    soonest = math.inf
+    for job in state.running.values():
+        if job.state != RUNNING:
+            fixed = [job.grace_ends] if job.grace_ends is not None else []
+        else:
+            fixed = []
+            grace = policy.grace_period if job.allocated else policy.unallocated_grace
+            if job.allocated and protected_until(job, policy) > now:
+                fixed.append(protected_until(job, policy) + grace)
+            if job.max_runtime is not None and job.start_time + job.max_runtime > now:
+                fixed.append(job.start_time + job.max_runtime + grace)
+        for at in fixed:
+            for offset in offsets:
+                if at - offset > now:
+                    soonest = min(soonest, at - offset)
     return soonest
 
 
@@ -94,8 +125,7 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
     """When the fair-share comparisons the next tick makes could first come out otherwise.
 
     Rule 4b (`may_take_from`): a waiting unit may take from a unit holding jobs past their protection once,
-    after charging its job, it is less served than that unit. And, when a reservation kept a job out of
-    free GPUs (`held_back`), the order of siblings with waiting work: it names the job rule 5 holds for.
+    after charging its job, it is less served than that unit.
     """
     units = state.units_at(now)
     capacity = state.capacity
@@ -154,19 +184,14 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
                 continue  # it may, and the tick just now looked with these ratios
             soonest = min(soonest, crossing(gainer_side, gainer_charge, loser_side, loser_charge))
     if state.held_back:
-        # Siblings with waiting allocated work swap places when their ratios cross.
-        for node in tree.nodes.values():
-            waiting = [child for child in node.children if child.entitled > 0 and _waits(child, state)] \
-                if node.children else []
+        # Siblings with waiting allocated work swap places when their ratios cross: another job is first.
+        levels = [tree.roots] + [node.children for node in tree.nodes.values() if node.children]
+        for siblings in levels:
+            waiting = [unit for unit in siblings if unit.entitled > 0 and _waits(unit, state)]
             for a in waiting:
                 for b in waiting:
-                    if a is not b and a.ratio > b.ratio:
-                        soonest = min(soonest, crossing(a, 0.0, b))
-        roots = [root for root in tree.roots if root.entitled > 0 and _waits(root, state)]
-        for a in roots:
-            for b in roots:
-                if a is not b and a.ratio > b.ratio:
-                    soonest = min(soonest, crossing(a, 0.0, b))
+                    if a is not b and a.ratio_with(claimed[a.name]) > b.ratio_with(claimed[b.name]):
+                        soonest = min(soonest, crossing(a, claimed[a.name], b, claimed[b.name]))
     return soonest
 
 

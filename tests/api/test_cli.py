@@ -137,3 +137,27 @@ def test_submit_queue_and_show_a_mig_job(cli, demo):
     assert "3g.40gb" in row.split() and "hgx-08-h01" in row
     code, out, _ = cli("show", str(job.pk))
     assert "1 GPU as a 3g.40gb MIG instance" in out and "hgx-08-h01:0/3g.40gb@" in out
+
+
+def test_submit_sends_the_directory_it_runs_in_and_the_variables_asked_for(cli, tmp_path, monkeypatch):
+    login(cli)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WANDB_PROJECT", "olmo-7b")
+    code, out, err = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "1", "--min-runtime",
+                         "1h", "--", "python", "train.py")
+    assert code == 0, err
+    job = Job.objects.get()
+    assert (job.workdir, job.env) == (str(tmp_path), {})  # sbatch's defaults: here, and no variables
+    (tmp_path / "sub").mkdir()
+    code, out, err = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "1", "--min-runtime",
+                         "1h", "--chdir", "sub", "--env", "LR=3e-4", "--env", "NOTE=a b=c", "--export",
+                         "WANDB_PROJECT", "--", "python", "train.py")
+    assert code == 0, err
+    job = Job.objects.latest("pk")
+    assert job.workdir == str(tmp_path / "sub")
+    assert job.env == {"LR": "3e-4", "NOTE": "a b=c", "WANDB_PROJECT": "olmo-7b"}
+    code, out, _ = cli("show", str(job.pk))
+    assert f"Directory                 {tmp_path / 'sub'}" in out and "LR NOTE WANDB_PROJECT" in out
+    code, _, err = cli("submit", "--cluster", "gb200-east", "--project", "olmo", "--gpus", "1", "--min-runtime",
+                       "1h", "--env", "CUDA_VISIBLE_DEVICES=1", "--", "python", "train.py")
+    assert code == 1 and "env: CUDA_VISIBLE_DEVICES is set by the agent for every job" in err

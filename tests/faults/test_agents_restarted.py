@@ -8,7 +8,8 @@ when its agent returns. The server keeps time by its own clock: an agent's
 clock off by half the timeout changes nothing.
 
 As in tests/integration/test_agents_end_to_end.py, `allot-agent` processes
-serve hosts of fake GPUs against the live server and the test drives the ticks.
+(single-user test-rig agents) serve hosts of fake GPUs against the live server
+and the test drives the ticks.
 The job below writes its own checkpoints to shared storage (the test's marks
 folder) and touches $ALLOT_CHECKPOINT_FILE after each one.
 """
@@ -29,11 +30,12 @@ from scheduler.choices import EventKind, JobState
 from scheduler.models import Job
 from scheduler.services import JobRequest, job_submit
 from scheduler.tick import run_tick
+from tests.agent_rig import remove_cgroups, rig_agent, run_cgroup_parent
 from tests.conftest import get_user
-from tests.faults.support import AGENT
+from tests.integration.test_agents_end_to_end import ME
 from topology.choices import HostState
 from topology.loaders import load_cluster_file
-from topology.models import AgentToken, Host, HostEvent
+from topology.models import Host, HostEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -70,11 +72,16 @@ while time.monotonic() - began < seconds:
 note(event="done")
 sys.exit(code)
 """
-# A host whose clock is off: time.time and datetime.now shifted by ALLOT_CLOCK_SKEW seconds, in the
-# agent and in everything it starts (file times the job sets with its clock included).
+# A host whose clock is off: time.time and datetime.now shifted by ALLOT_CLOCK_SKEW seconds in the agent,
+# and by its host's entry in skews.json in the jobs it starts (which get nothing of the agent's environment:
+# they find this module through their own PYTHONPATH, and their host in ALLOT_HOST), so the file times a job
+# sets are on its host's clock.
 SITECUSTOMIZE = """
-import datetime, os, time
+import datetime, json, os, time
 skew = float(os.environ.get("ALLOT_CLOCK_SKEW") or 0)
+if not skew and os.environ.get("ALLOT_HOST"):
+    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "skews.json")) as handle:
+        skew = float(json.load(handle).get(os.environ["ALLOT_HOST"], 0))
 if skew:
     _time, _time_ns = time.time, time.time_ns
     time.unskewed_time = _time
@@ -101,12 +108,13 @@ class Lab:
         self.agents: dict[str, subprocess.Popen] = {}
 
     def start_agent(self, host, *, skew: float = 0):
-        token = AgentToken.for_host(Host.objects.get(name=host)).key
-        env = {**os.environ, "MARKS": str(self.dir / "marks"), "ALLOT_CLOCK_SKEW": str(skew),
+        skews_file = self.dir / "skew" / "skews.json"
+        skews = json.loads(skews_file.read_text()) if skews_file.exists() else {}
+        skews_file.write_text(json.dumps({**skews, host: skew}))
+        env = {**os.environ, "ALLOT_CLOCK_SKEW": str(skew),
                "PYTHONPATH": os.pathsep.join(filter(None, [str(self.dir / "skew"), os.environ.get("PYTHONPATH")]))}
         self.agents[host] = subprocess.Popen(
-            [AGENT, "--server", self.server, "--token", token, "--host", host, "--gpus", "0,1,2,3",
-             "--workdir", str(self.dir / "agents"), "--address", "127.0.0.1", "--log-level", "INFO"],
+            rig_agent(self.server, host, self.dir, "--log-level", "INFO"),
             env=env, stdout=subprocess.DEVNULL, stderr=open(self.dir / f"{host}.log", "ab"),
         )
 
@@ -132,6 +140,7 @@ class Lab:
         return job_submit(user=get_user("alice"), request=JobRequest(
             cluster="lab", project="olmo", gpus=gpus, min_runtime=min_runtime, resumable=resumable,
             command=f"{sys.executable} {self.dir / 'job.py'} {seconds} {every} {exit_code}",
+            env={"MARKS": str(self.dir / "marks"), "PYTHONPATH": str(self.dir / "skew")},
         ))
 
     def marks(self, job, run=0) -> list[dict]:
@@ -146,11 +155,11 @@ def make_lab(tmp_path, server_url, *, heartbeat_timeout: str) -> Lab:
     spec = {
         "name": "lab",
         "policy": {"tick": "1s", "grace_period": "3s", "unallocated_grace": "2s",
-                   "heartbeat_timeout": heartbeat_timeout},
+                   "heartbeat_timeout": heartbeat_timeout, "allow_root_jobs": os.geteuid() == 0},
         "domains": [{"name": "node-{:02d}", "count": len(HOSTS), "hosts": 1, "gpus_per_host": 4,
                      "gpu_type": "H100"}],
     }
-    org = {"users": [{"username": "alice", "password": "alice-password"}],
+    org = {"users": [{"username": "alice", "password": "alice-password", "posix_user": ME}],
            "units": [{"name": "olmo", "members": ["alice"], "share": {"lab": 100}}]}
     (tmp_path / "cluster.yaml").write_text(yaml.safe_dump(spec))
     (tmp_path / "org.yaml").write_text(yaml.safe_dump(org))
@@ -188,6 +197,7 @@ def lab_factory(tmp_path, live_server):
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
             pass
+    remove_cgroups(run_cgroup_parent())
 
 
 def refreshed(job) -> Job:

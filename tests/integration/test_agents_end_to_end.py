@@ -3,15 +3,20 @@
 Two `allot-agent` processes serve two hosts of 4 fake GPUs each. Each job is a
 small Python program that writes what it saw (CUDA_VISIBLE_DEVICES, rank,
 restarts) and records the SIGTERM it receives.
+
+The agents are a test rig: `--single-user`, so every job runs as the account
+running the tests (the Allot users map to it with `posix_user`) — as root in CI,
+which the cluster allows here (`allow_root_jobs`). Jobs as their submitters' own
+accounts are tested in tests/agent/.
 """
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -20,21 +25,24 @@ from budgets.loaders import load_org_file
 from scheduler.choices import JobState
 from scheduler.services import JobRequest, job_cancel, job_submit
 from scheduler.tick import run_tick
+from tests.agent_rig import remove_cgroups, rig_agent, run_cgroup_parent
 from tests.conftest import get_user
 from topology.choices import HostState
 from topology.loaders import load_cluster_file
-from topology.models import AgentToken, Host
+from topology.models import Host
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-AGENT = str(Path(sys.executable).with_name("allot-agent"))
+ME = pwd.getpwuid(os.getuid()).pw_name  # the account every job of the rig runs as
 CLUSTER = {
     "name": "lab",
-    "policy": {"tick": "1s", "grace_period": "3s", "unallocated_grace": "2s", "heartbeat_timeout": "4s"},
+    "policy": {"tick": "1s", "grace_period": "3s", "unallocated_grace": "2s", "heartbeat_timeout": "4s",
+               "allow_root_jobs": os.geteuid() == 0},
     "domains": [{"name": "node-{:02d}", "count": 2, "hosts": 1, "gpus_per_host": 4, "gpu_type": "H100"}],
 }
 ORG = {
-    "users": [{"username": "alice", "password": "alice-password"}, {"username": "carol", "password": "carol-pass"}],
+    "users": [{"username": "alice", "password": "alice-password", "posix_user": ME},
+              {"username": "carol", "password": "carol-pass", "posix_user": ME}],
     "units": [
         {"name": "olmo", "members": ["alice"], "share": {"lab": 50}},
         {"name": "tulu", "members": ["carol"], "share": {"lab": 50}},
@@ -70,12 +78,9 @@ def lab(tmp_path, live_server):
     agents = {}
 
     def start_agent(host):
-        token = AgentToken.for_host(Host.objects.get(name=host)).key
-        env = {**os.environ, "MARKS": str(tmp_path / "marks")}
         agents[host] = subprocess.Popen(
-            [AGENT, "--server", live_server.url, "--token", token, "--host", host, "--gpus", "0,1,2,3",
-             "--workdir", str(tmp_path / "agents"), "--address", "127.0.0.1", "--log-level", "WARNING"],
-            env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{host}.log", "ab"),
+            rig_agent(live_server.url, host, tmp_path), stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / f"{host}.log", "ab"),
         )
 
     for host in ("node-01-h01", "node-02-h01"):
@@ -91,6 +96,7 @@ def lab(tmp_path, live_server):
     for line in subprocess.run(["pgrep", "-f", str(tmp_path / "job.py")], capture_output=True,
                                text=True).stdout.split():
         os.kill(int(line), signal.SIGKILL)
+    remove_cgroups(run_cgroup_parent())
 
 
 def wait_for(condition, cluster, *, what, timeout=30.0):
@@ -107,7 +113,7 @@ def wait_for(condition, cluster, *, what, timeout=30.0):
 def submit(lab, user="alice", project="olmo", gpus=2, min_runtime=3600, seconds=60, resumable=True):
     return job_submit(user=get_user(user), request=JobRequest(
         cluster="lab", project=project, gpus=gpus, min_runtime=min_runtime, resumable=resumable,
-        command=f"{sys.executable} {lab.dir / 'job.py'} {seconds}",
+        command=f"{sys.executable} {lab.dir / 'job.py'} {seconds}", env={"MARKS": str(lab.dir / "marks")},
     ))
 
 

@@ -8,8 +8,6 @@ file, then sleeps until stopped.
 import os
 import signal
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import yaml
@@ -17,18 +15,19 @@ import yaml
 from budgets.loaders import load_org_file
 from client.api import Client
 from scheduler.models import GpuAssignment
+from tests.agent_rig import remove_cgroups, rig_agent, run_cgroup_parent
 from tests.integration.test_agents_end_to_end import ORG, wait_for
 from topology.choices import HostState
 from topology.loaders import load_cluster_file
-from topology.models import AgentToken, Host
+from topology.models import Host
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-AGENT = str(Path(sys.executable).with_name("allot-agent"))
 HOSTS = ("node-01-h01", "node-02-h01")
 CLUSTER = {
     "name": "lab",
-    "policy": {"tick": "1s", "grace_period": "3s", "unallocated_grace": "2s", "heartbeat_timeout": "4s"},
+    "policy": {"tick": "1s", "grace_period": "3s", "unallocated_grace": "2s", "heartbeat_timeout": "4s",
+               "allow_root_jobs": os.geteuid() == 0},
     "domains": [{"name": "node-{:02d}", "count": 2, "hosts": 1, "gpus_per_host": 4, "gpu_type": "H100", "mig": [0]}],
 }
 
@@ -42,11 +41,9 @@ def lab(tmp_path, live_server):
     (tmp_path / "marks").mkdir()
     agents = []
     for host in HOSTS:
-        token = AgentToken.for_host(Host.objects.get(name=host)).key
         agents.append(subprocess.Popen(
-            [AGENT, "--server", live_server.url, "--token", token, "--host", host, "--gpus", "0,1,2,3",
-             "--workdir", str(tmp_path / "agents"), "--address", "127.0.0.1", "--log-level", "WARNING"],
-            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{host}.log", "ab"),
+            rig_agent(live_server.url, host, tmp_path), stdout=subprocess.DEVNULL,
+            stderr=open(tmp_path / f"{host}.log", "ab"),
         ))
     wait_for(lambda: Host.objects.filter(state=HostState.UP).count() == 2, cluster, what="both agents register")
     token = Client(live_server.url).post("auth/token/", {"username": "alice", "password": "alice-password"})["token"]
@@ -59,6 +56,7 @@ def lab(tmp_path, live_server):
             process.wait(timeout=10)
     for line in subprocess.run(["pgrep", "-f", f"{tmp_path / 'marks'}"], capture_output=True, text=True).stdout.split():
         os.kill(int(line), signal.SIGKILL)
+    remove_cgroups(run_cgroup_parent())
 
 
 def submit(lab, **fields) -> dict:

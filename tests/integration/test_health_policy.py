@@ -47,13 +47,17 @@ def test_the_defaults_drain_on_the_xids_of_the_issue_and_down_a_silent_host(demo
 def test_a_policy_is_checked_and_completed_with_the_defaults():
     policy, problems = parse_health_policy({"xid": {13: "cordon", "79": "down"}})
     assert problems == []
-    assert policy == {"xid": {"13": "cordon", "79": "down"}, "heartbeat_lost": "down", "gpus_missing": "drain"}
-    _, problems = parse_health_policy({"xid": {"x": "drain", 48: "reboot"}, "heartbeat_lost": "none", "oops": 1})
+    assert policy == {"xid": {"13": "cordon", "79": "down"}, "heartbeat_lost": "down", "gpus_missing": "drain",
+                      "nvml_error": "drain", "ecc_uncorrected": "drain", "rows_pending": "drain"}
+    _, problems = parse_health_policy({"xid": {"x": "drain", 48: "reboot"}, "heartbeat_lost": "none", "oops": 1,
+                                       "nvml_error": "ignore"})
     assert problems == [
-        "health.oops: unknown key (known: xid, heartbeat_lost, gpus_missing)",
+        "health.oops: unknown key (known: xid, heartbeat_lost, gpus_missing, nvml_error, ecc_uncorrected, "
+        "rows_pending)",
         "health.xid.x: not an XID code (a whole number)",
         "health.xid.48: 'reboot' must be one of drain, cordon, down, none",
         "health.heartbeat_lost: 'none' must be one of down, drain, cordon",
+        "health.nvml_error: 'ignore' must be one of drain, cordon, down, none",
     ]
 
 

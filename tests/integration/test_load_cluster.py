@@ -147,3 +147,12 @@ def test_the_fast_lane_takes_whole_small_hosts_the_simulator_would_pick(tmp_path
     assert simulated == lane
     load_cluster_file(write(tmp_path, {**SPEC, "policy": {"fast_lane_gpus": 0}}, "no-lane.yaml"))
     assert not Host.objects.filter(fast_lane=True).exists()
+
+
+def test_root_jobs_are_refused_unless_the_policy_allows_them(tmp_path):
+    cluster, _ = load_cluster_file(write(tmp_path, SPEC))
+    assert cluster.allow_root_jobs is False
+    cluster, _ = load_cluster_file(write(tmp_path, {**SPEC, "policy": {**SPEC["policy"], "allow_root_jobs": True}}))
+    assert Cluster.objects.get(name=cluster.name).allow_root_jobs is True
+    with pytest.raises(LoadError, match="policy.allow_root_jobs: 'yes' must be true or false"):
+        load_cluster_file(write(tmp_path, {**SPEC, "policy": {**SPEC["policy"], "allow_root_jobs": "yes"}}))

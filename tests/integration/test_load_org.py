@@ -11,8 +11,9 @@ from django.core.management.base import CommandError
 
 from budgets.choices import ChangeSource, Role
 from budgets.loaders import load_org_file
-from budgets.models import Allocation, AllocationChange, Membership, Unit
+from budgets.models import Allocation, AllocationChange, Membership, Unit, UserProfile
 from budgets.permissions import is_oncall
+from budgets.selectors import posix_account
 from tests.conftest import DEMO
 from topology.loaders import load_cluster_file
 
@@ -126,6 +127,9 @@ def _with(mutate):
          "units[1] (Vision Team).name: 'Vision Team' must be a lower-case name"),
         (_with(lambda s: s["users"].append({"username": "alice"})), "users[7] (alice).username: alice is listed twice"),
         (_with(lambda s: s["units"][1].update(budget=5)), "units[1] (vision).budget: unknown key"),
+        (_with(lambda s: s["users"][1].update(posix_user="Bob Smith")),
+         "users[1] (bob).posix_user: 'Bob Smith' is not a POSIX account name"),
+        (_with(lambda s: s["users"][1].update(posix_user=7)), "users[1] (bob).posix_user: 7 is not a POSIX account"),
     ],
 )
 def test_a_bad_file_is_refused_whole_with_the_entry_and_field_named(tmp_path, cluster, spec, message):
@@ -142,3 +146,26 @@ def test_the_demo_loads_and_reloads(cluster):
     assert Unit.objects.projects().count() == 5
     assert get_user_model().objects.get(username="admin").is_superuser
     assert is_oncall(get_user_model().objects.get(username="olga"))
+
+
+def test_posix_user_sets_the_account_jobs_run_as_and_leaving_it_out_keeps_it(tmp_path, cluster, client):
+    spec = _with(lambda s: s["users"][0].update(posix_user="asmith"))
+    load_org_file(write(tmp_path, spec))
+    alice = get_user_model().objects.get(username="alice")
+    assert posix_account(alice) == "asmith"
+    assert posix_account(get_user_model().objects.get(username="bob")) == "bob"  # the username, by default
+    load_org_file(write(tmp_path, ORG))  # not in the file: left as it is
+    assert posix_account(alice) == "asmith"
+    load_org_file(write(tmp_path, _with(lambda s: s["users"][0].update(posix_user=""))))  # "": the username again
+    assert posix_account(alice) == "alice"
+    # And the admin edits it.
+    admin = get_user_model().objects.create_superuser("root-admin", password="root-admin-password")
+    client.force_login(admin)
+    profile = UserProfile.objects.get(user=alice)
+    page = client.get(f"/admin/budgets/userprofile/{profile.pk}/change/")
+    assert page.status_code == 200 and 'name="posix_user"' in page.content.decode()
+    response = client.post(f"/admin/budgets/userprofile/{profile.pk}/change/", {"user": alice.pk,
+                                                                                "posix_user": "Not Valid"})
+    assert "a POSIX account name" in response.content.decode()
+    client.post(f"/admin/budgets/userprofile/{profile.pk}/change/", {"user": alice.pk, "posix_user": "al_ice-2"})
+    assert posix_account(alice) == "al_ice-2"

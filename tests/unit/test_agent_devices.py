@@ -1,11 +1,11 @@
 """The agent's CUDA_VISIBLE_DEVICES: GPU indices, MIG UUIDs from NVML, or the server's stable MIG ids."""
 
-import sys
 import types
 
 import pytest
 
 from client.agent import cuda_visible_devices
+from client.nvml import NvmlProbe
 
 MIG = [{"gpu": 1, "profile": "3g.40gb", "start": 4, "id": "MIG-node-h01-1-4"}]
 
@@ -15,13 +15,12 @@ def test_whole_gpus_and_fractions_see_gpu_indices():
     assert cuda_visible_devices({"gpus": [1], "gpu_milli": 500, "mig": []}) == "1"
 
 
-def test_without_nvml_a_mig_job_sees_the_stable_id(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", None)  # `import pynvml` fails
-    assert cuda_visible_devices({"gpus": [1], "mig": MIG}) == "MIG-node-h01-1-4"
+def test_without_nvml_a_mig_job_sees_the_stable_id():
+    assert cuda_visible_devices({"gpus": [1], "mig": MIG}, NvmlProbe(nvml=None)) == "MIG-node-h01-1-4"
 
 
 @pytest.fixture
-def fake_nvml(monkeypatch):
+def fake_nvml():
     """GPU 1 in MIG mode with a 1g instance at slice 6 and a 3g one at slice 4 (GPU instance ids 13 and 2)."""
 
     class NVMLError(Exception):
@@ -47,14 +46,13 @@ def fake_nvml(monkeypatch):
         return devices[position]
 
     nvml.nvmlDeviceGetMigDeviceHandleByIndex = mig_device
-    monkeypatch.setitem(sys.modules, "pynvml", nvml)
-    return nvml
+    return NvmlProbe(nvml=nvml)
 
 
 def test_with_nvml_a_mig_job_sees_the_instances_real_uuid(fake_nvml):
-    assert cuda_visible_devices({"gpus": [1], "mig": MIG}) == "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+    assert cuda_visible_devices({"gpus": [1], "mig": MIG}, fake_nvml) == "MIG-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 
 
 def test_an_instance_nvml_does_not_show_falls_back_to_the_stable_id(fake_nvml):
     missing = [{**MIG[0], "start": 0, "id": "MIG-node-h01-1-0"}]
-    assert cuda_visible_devices({"gpus": [1], "mig": missing}) == "MIG-node-h01-1-0"
+    assert cuda_visible_devices({"gpus": [1], "mig": missing}, fake_nvml) == "MIG-node-h01-1-0"

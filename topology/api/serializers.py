@@ -43,6 +43,15 @@ class GpuSerializer(serializers.Serializer):
     jobs = serializers.SerializerMethodField()
     mig = serializers.BooleanField(help_text="In MIG mode: takes only jobs asking for a MIG profile.")
     mig_instances = serializers.SerializerMethodField(help_text="MIG mode: its instances, by start slot.")
+    health_event = serializers.SerializerMethodField(
+        help_text="The latest health event naming it (`XID 79`, `NVML error`, …) since its host came back into "
+                  "service, within a day; null when none.")
+
+    @extend_schema_field(serializers.DictField(allow_null=True))
+    def get_health_event(self, gpu):
+        if not gpu.mark:
+            return None
+        return {"label": gpu.mark, "at": gpu.mark_at, "detail": gpu.mark_detail}
 
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
     def get_jobs(self, gpu):
@@ -66,6 +75,7 @@ class HostSerializer(serializers.ModelSerializer):
         fields = [
             "name", "cluster", "domain", "block", "position", "gpu_type", "gpu_count", "cpus", "memory_gib",
             "fast_lane", "state", "state_reason", "state_actor", "state_changed_at", "last_heartbeat_at",
+            "agent_mode", "agent_account", "containment", "containment_note",
         ]
 
 

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler', '0005_mig'),
+        ('scheduler', '0006_job_workdir_env_failure_reason'),
     ]
 
     operations = [
