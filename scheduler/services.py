@@ -228,15 +228,11 @@ def job_cancel(*, job: Job, actor, reason: str = "", at: datetime | None = None)
 
 
 def release_gpus(job: Job, *, at: datetime, hosts=None) -> int:
-    """Let go of the job's live GPUs (on `hosts` only, when given); keeps the per-GPU milli in step."""
+    """Let go of the job's live GPUs (on `hosts` only, when given); the database keeps each GPU's milli in step."""
     live = GpuAssignment.objects.filter(job=job, released_at__isnull=True)
     if hosts is not None:
         live = live.filter(gpu__host__in=hosts)
-    rows = list(live.values_list("pk", "gpu_id", "milli"))
-    for _, gpu_id, milli in rows:
-        Gpu.objects.filter(pk=gpu_id).update(allocated_milli=F("allocated_milli") - milli)
-    GpuAssignment.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(released_at=at)
-    return len(rows)
+    return live.update(released_at=at)
 
 
 @transaction.atomic
