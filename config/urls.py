@@ -1,8 +1,12 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, register_converter
 
+from config.converters import IdConverter
 from scheduler.metrics import metrics_view
+
+# Before the apps' URL modules are included: they use <id:pk>.
+register_converter(IdConverter, "id")
 
 urlpatterns = [
     path("admin/", admin.site.urls),

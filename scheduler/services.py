@@ -10,6 +10,7 @@ from django.utils import timezone
 from budgets.models import Unit
 from budgets.permissions import is_member, manages
 from budgets.selectors import share_of_cluster
+from config.text import forbidden_in
 from scheduler.choices import LIVE_STATES, EventKind, JobState, Priority, Topology
 from scheduler.core.durations import format_duration
 from scheduler.core.mig import PROFILES as MIG_PROFILES
@@ -66,11 +67,18 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
     def refuse(field: str, message: str):
         errors.setdefault(field, []).append(message)
 
-    cluster = Cluster.objects.filter(name=request.cluster).first()
-    if cluster is None:
+    # Names are shown on pages and terminals: no controls, no bidi overrides (whatever path the job came by),
+    # and nothing that could not be stored is looked up.
+    for field, value in (("name", request.name), ("project", request.project), ("cluster", request.cluster),
+                         ("gpu_type", request.gpu_type), ("mig_profile", request.mig_profile)):
+        problem = forbidden_in(value)
+        if problem:
+            refuse(field, f"{problem}; remove it")
+    cluster = Cluster.objects.filter(name=request.cluster).first() if "cluster" not in errors else None
+    if cluster is None and "cluster" not in errors:
         refuse("cluster", f"no cluster named {request.cluster!r}")
-    project = Unit.objects.filter(name=request.project).first()
-    if project is None:
+    project = Unit.objects.filter(name=request.project).first() if "project" not in errors else None
+    if project is None and "project" not in errors:
         refuse("project", f"no project named {request.project!r}")
     elif project.children.exists():
         names = ", ".join(project.children.order_by("name").values_list("name", flat=True))

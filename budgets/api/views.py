@@ -20,6 +20,7 @@ from budgets.api.serializers import (
 )
 from budgets.models import BudgetRequest, Unit
 from budgets.selectors import HOURS_PER_WEEK, people_by_unit, unit_shares
+from config.converters import ID_REGEX
 from topology.models import Cluster
 
 
@@ -150,6 +151,7 @@ class BudgetRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
 
     queryset = BudgetRequest.objects.all()
     serializer_class = BudgetRequestSerializer
+    lookup_value_regex = ID_REGEX
 
     def get_queryset(self):
         user, params = self.request.user, self.request.query_params

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from budgets.permissions import is_oncall, managed_unit_ids
+from config.converters import ID_REGEX
 from scheduler.agents import Heartbeat, ProcessReport, agent_heartbeat
 from scheduler.api.authentication import AgentTokenAuthentication, IsAgent
 from scheduler.api.serializers import (
@@ -54,6 +55,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     """Submit, list, read and cancel jobs."""
 
     queryset = Job.objects.select_related("cluster", "project__parent", "user")
+    lookup_value_regex = ID_REGEX
 
     def get_serializer_class(self):
         if self.action == "create":
@@ -65,7 +67,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         return JobSerializer
 
     def get_object(self):
-        job = self.get_queryset().filter(pk=self.kwargs["pk"]).first() if str(self.kwargs["pk"]).isdigit() else None
+        job = self.get_queryset().filter(pk=int(self.kwargs["pk"])).first()
         if job is None:
             raise NotFound(f"no job {self.kwargs['pk']}")
         return job
