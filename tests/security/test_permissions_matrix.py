@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 import pytest
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from accounts.services import token_create
 from budgets.models import WhatIf
 from budgets.services import budget_request_create
 from scheduler.services import JobRequest, job_submit
-from tests.conftest import get_user
+from tests.conftest import api_key, get_user
 from topology.models import AgentToken, Cluster, Host
 
 pytestmark = pytest.mark.django_db
@@ -76,6 +76,11 @@ ROWS = [
     Row("agent-heartbeat", "post", "/api/v1/agent/heartbeat/",
         {**dict.fromkeys(ROLES, 401), "other_agent": 403}, {"host": "hgx-01-h01"}),
     Row("api:api-root", "get", "/api/v1/", api_rule()),
+    # Tokens: each user lists and revokes their own; alice's token is the subject.
+    Row("api:token-list", "get", "/api/v1/auth/tokens/", api_rule()),
+    Row("api:token-detail", "get", "/api/v1/auth/tokens/{token}/", api_rule({"member": 200}, 404)),
+    Row("api:token-detail", "delete", "/api/v1/auth/tokens/{token}/", api_rule({"member": 200}, 404)),
+    Row("api:token-logout", "post", "/api/v1/auth/tokens/logout/", api_rule()),
     # The schema and its docs describe the API, no data: public, as is usual.
     Row("schema", "get", "/api/schema/", dict.fromkeys(ROLES, 200)),
     Row("swagger-ui", "get", "/api/docs/", dict.fromkeys(ROLES, 200)),
@@ -116,6 +121,15 @@ ROWS = [
     Row("login", "get", "/login/", dict.fromkeys(ROLES, 200), api=False),
     Row("logout", "post", "/logout/", form_rule(default=302), api=False),
     Row("metrics", "get", "/metrics", dict.fromkeys(ROLES, 200), api=False),
+    Row("account", "get", "/account/", page_rule(), api=False),
+    Row("token-revoke", "post", "/account/tokens/{token}/revoke/", form_rule({"member": 302}, 404), api=False),
+    Row("password_change", "get", "/account/password/", page_rule(), api=False),
+    # Resetting a forgotten password is for people who cannot log in: public pages.
+    Row("password_reset", "get", "/account/password/reset/", dict.fromkeys(ROLES, 200), api=False),
+    Row("password_reset_done", "get", "/account/password/reset/sent/", dict.fromkeys(ROLES, 200), api=False),
+    Row("password_reset_confirm", "get", "/account/password/reset/MQ/set-password/", dict.fromkeys(ROLES, 200),
+        api=False),
+    Row("password_reset_complete", "get", "/account/password/reset/done/", dict.fromkeys(ROLES, 200), api=False),
     Row("home", "get", "/", page_rule(), api=False),
     Row("cluster-list", "get", "/clusters/", page_rule(), api=False),
     Row("cluster-detail", "get", "/clusters/gb200-east/", page_rule(), api=False),
@@ -170,7 +184,8 @@ def subjects(demo):
     # A what-if already run for it (the GET routes show it; the POST routes run another).
     WhatIf.objects.create(budget_request=request, requested_by=alice, share_percent=60, status="done",
                           snapshot_hour=request.created_at, state_key="earlier")
-    return {"job": job.pk, "request": request.pk}
+    token, _ = token_create(user=alice, name="alice's laptop")
+    return {"job": job.pk, "request": request.pk, "token": token.pk}
 
 
 def client_for(role: str, *, api: bool):
@@ -183,7 +198,7 @@ def client_for(role: str, *, api: bool):
     if role != "anonymous":
         user = get_user(USERS[role])
         if api:
-            client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Token {api_key(user)}")
         else:
             client.force_login(user)
     return client
@@ -194,6 +209,8 @@ def call(row: Row, role: str, ids: dict) -> int:
     path = row.path.format(**ids)
     if row.method == "get":
         return client.get(path).status_code
+    if row.method == "delete":
+        return client.delete(path).status_code
     if row.api:
         return client.post(path, row.body, format="json").status_code
     # Pages post forms with the CSRF token a browser would have.

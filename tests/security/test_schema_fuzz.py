@@ -10,7 +10,6 @@ import schemathesis
 from django.core import signals
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from schemathesis.checks import (
     content_type_conformance,
     not_a_server_error,
@@ -20,7 +19,7 @@ from schemathesis.checks import (
 )
 
 from config.wsgi import application
-from tests.conftest import get_user
+from tests.conftest import api_key, get_user
 
 schema = schemathesis.openapi.from_wsgi("/api/schema/?format=json", application)
 # No server error, and every answer — success or refusal — as the schema documents it (status, type, body,
@@ -51,7 +50,7 @@ def tokens(demo, keep_connection):
                                               resumable=True, command="python train.py"))
     budget_request_create(user=alice, unit=alice.memberships.get(unit__name="olmo").unit,
                           cluster=Cluster.objects.get(), share=60, justification="more")
-    return {name: Token.objects.get_or_create(user=get_user(name))[0].key for name in ROLE_USERS}
+    return {name: api_key(get_user(name)) for name in ROLE_USERS}
 
 
 @pytest.mark.django_db

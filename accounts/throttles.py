@@ -1,0 +1,64 @@
+"""DRF throttles: per user and per client address for every call, tighter for logins and what-if runs.
+
+Rates are settings (REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"], from ALLOT_THROTTLE_* in the environment);
+counts live in Django's cache (Redis when REDIS_URL is set, so every server process shares them).
+A host's agent is not throttled here: it reports on its own clock, and its token stands for one host.
+"""
+
+from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
+
+from scheduler.api.authentication import AgentPrincipal
+
+
+def _is_agent(request) -> bool:
+    return isinstance(getattr(request, "user", None), AgentPrincipal)
+
+
+class UserThrottle(UserRateThrottle):
+    """Per signed-in user (per address for anonymous callers)."""
+
+    scope = "user"
+
+    def allow_request(self, request, view):
+        return _is_agent(request) or super().allow_request(request, view)
+
+
+class AddressThrottle(SimpleRateThrottle):
+    """Per client address, whoever is signed in."""
+
+    scope = "ip"
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
+
+    def allow_request(self, request, view):
+        return _is_agent(request) or super().allow_request(request, view)
+
+
+class LoginThrottle(AddressThrottle):
+    """Token logins per client address (the lockout counts failures per account and address besides)."""
+
+    scope = "login"
+
+
+class _PostOnly(SimpleRateThrottle):
+    def allow_request(self, request, view):
+        return request.method != "POST" or super().allow_request(request, view)
+
+
+class WhatIfUserThrottle(_PostOnly):
+    """What-if runs per user: each one simulates a week of the cluster twice."""
+
+    scope = "what_if_user"
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": request.user.pk or self.get_ident(request)}
+
+
+class WhatIfRequestThrottle(_PostOnly):
+    """What-if runs per budget request, whoever asks."""
+
+    scope = "what_if_request"
+
+    def get_cache_key(self, request, view):
+        return self.cache_format % {"scope": self.scope, "ident": view.kwargs.get("pk")}
