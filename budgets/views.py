@@ -85,17 +85,24 @@ def unit_detail(request, name):
     visible = selectors.visible_requests(request.user).filter(
         unit__in=[unit, *(row.unit for row in children)], cluster=cluster,
     )
+    schedule = selectors.scheduled_periods(unit, cluster, now=now)
+    history = selectors.unit_history(unit, cluster)
     return render(request, "budgets/unit_detail.html", {
         "unit": unit, "cluster": cluster, "clusters": Cluster.objects.all(), "now": now, "healthy_gpus": healthy,
+        # Requests named in the schedule and history link to their page only for those who may open it.
+        "visible_request_ids": selectors.visible_request_ids(request.user, [
+            *(period.budget_request.pk for period in schedule if getattr(period, "budget_request", None)),
+            *(change.budget_request_id for change in history),
+        ]),
         "row": by_id[unit.pk],
         "parent_row": by_id.get(unit.parent_id),
         "children": children,
         "path": unit.path(),
         "plot": selectors.usage_vs_entitlement(unit, cluster, now=now, healthy_gpus=healthy),
-        "schedule": selectors.scheduled_periods(unit, cluster, now=now),
+        "schedule": schedule,
         "requests": list(visible[:50]),
         "open_requests": by_id[unit.pk].open_requests,
-        "history": selectors.unit_history(unit, cluster),
+        "history": history,
         "can_request": belongs_to(request.user, unit),
         "can_edit_children": can_edit_shares(request.user, unit),
     })
@@ -202,6 +209,7 @@ def _decision_context(request, budget_request: BudgetRequest, *, forms=None) -> 
         {"row": row, "field": room_form[f"sibling-{row.unit.name}"], "suggested": suggestions.get(row.unit.pk)}
         for row in siblings
     ]
+    escalations = list(budget_request.escalations.select_related("unit", "decided_by"))
     return {
         "budget_request": budget_request, "unit": unit, "cluster": cluster, "now": now, "healthy_gpus": healthy,
         "row": by_id[unit.pk], "parent_row": parent_row, "siblings": sibling_rows,
@@ -214,7 +222,9 @@ def _decision_context(request, budget_request: BudgetRequest, *, forms=None) -> 
         "may_escalate": may_decide and unit.parent_id is not None and no_room,
         "deciders": selectors.deciders(budget_request),
         "decided_by_text": _decided_by(budget_request),
-        "escalations": list(budget_request.escalations.select_related("unit", "decided_by")),
+        "escalations": escalations,
+        "visible_request_ids": selectors.visible_request_ids(
+            request.user, [budget_request.escalated_from_id, *(up.pk for up in escalations)]),
         "changes": list(budget_request.changes.select_related("unit").order_by("at", "id")),
         "approve_form": approve_form, "room_form": room_form,
         "deny_form": forms.get("deny") or DenyForm(auto_id="deny_%s"),

@@ -57,6 +57,8 @@ def form_rule(signed_in: dict[str, int] | None = None, default: int = 403) -> di
 
 ONCALL = {"oncall": 200, "admin": 200}
 OWNER_OR_MANAGER = {"member": 200, "parent_manager": 200, "admin": 200}
+# Who opens alice's budget request: alice, the managers above olmo (pat decides it), the operators.
+SEES_REQUEST = {"member": 200, "parent_manager": 200, "admin": 200}
 
 
 @dataclass
@@ -100,19 +102,20 @@ ROWS = [
         {"cluster": "gb200-east", "shares": {"olmo": "50", "tulu": "35", "safety": "15"}, "reason": "rebalance"}),
     Row("api:budgetrequest-list", "get", "/api/v1/budget-requests/", api_rule()),
     Row("api:budgetrequest-detail", "get", "/api/v1/budget-requests/{request}/",
-        api_rule({"member": 200, "parent_manager": 200}, 404)),
+        api_rule(SEES_REQUEST, 404)),
     Row("api:budgetrequest-approve", "post", "/api/v1/budget-requests/{request}/approve/",
-        api_rule({"parent_manager": 200, "member": 403}, 404), {"comment": "55 fits, not 60", "share": "55"}),
+        api_rule({"parent_manager": 200, "member": 403, "admin": 403}, 404),
+        {"comment": "55 fits, not 60", "share": "55"}),
     Row("api:budgetrequest-deny", "post", "/api/v1/budget-requests/{request}/deny/",
-        api_rule({"parent_manager": 200, "member": 403}, 404), {"comment": "not now"}),
+        api_rule({"parent_manager": 200, "member": 403, "admin": 403}, 404), {"comment": "not now"}),
     Row("api:budgetrequest-escalate", "post", "/api/v1/budget-requests/{request}/escalate/",
-        api_rule({"parent_manager": 201, "member": 403}, 404), {"comment": "up"}),
+        api_rule({"parent_manager": 201, "member": 403, "admin": 403}, 404), {"comment": "up"}),
     Row("api:budgetrequest-cancel", "post", "/api/v1/budget-requests/{request}/cancel/",
-        api_rule({"member": 200, "parent_manager": 403}, 404)),
+        api_rule({"member": 200, "parent_manager": 403, "admin": 403}, 404)),
     Row("api:budgetrequest-what-if", "get", "/api/v1/budget-requests/{request}/what-if/",
-        api_rule({"member": 200, "parent_manager": 200}, 404)),
+        api_rule(SEES_REQUEST, 404)),
     Row("api:budgetrequest-what-if", "post", "/api/v1/budget-requests/{request}/what-if/",
-        api_rule({"member": 201, "parent_manager": 201}, 404), {"force": True}),
+        api_rule({"member": 201, "parent_manager": 201, "admin": 201}, 404), {"force": True}),
     # -- API: jobs
     Row("api:job-list", "get", "/api/v1/jobs/", api_rule()),
     Row("api:job-detail", "get", "/api/v1/jobs/{job}/", api_rule()),
@@ -154,20 +157,20 @@ ROWS = [
     Row("budget-request-list", "get", "/budgets/requests/", page_rule(), api=False),
     Row("budget-request-new", "get", "/budgets/requests/new/", page_rule(), api=False),
     Row("budget-request-detail", "get", "/budgets/requests/{request}/",
-        page_rule({"member": 200, "parent_manager": 200}, 404), api=False),
+        page_rule(SEES_REQUEST, 404), api=False),
     Row("budget-request-approve", "post", "/budgets/requests/{request}/approve/",
-        form_rule({"parent_manager": 302}, 404) | {"member": 403}, {"share": "55", "comment": "55 fits, not 60"},
-        api=False),
+        form_rule({"parent_manager": 302}, 404) | {"member": 403, "admin": 403},
+        {"share": "55", "comment": "55 fits, not 60"}, api=False),
     Row("budget-request-deny", "post", "/budgets/requests/{request}/deny/",
-        form_rule({"parent_manager": 302}, 404) | {"member": 403}, {"comment": "no"}, api=False),
+        form_rule({"parent_manager": 302}, 404) | {"member": 403, "admin": 403}, {"comment": "no"}, api=False),
     Row("budget-request-escalate", "post", "/budgets/requests/{request}/escalate/",
-        form_rule({"parent_manager": 302}, 404) | {"member": 403}, {"comment": "up"}, api=False),
+        form_rule({"parent_manager": 302}, 404) | {"member": 403, "admin": 403}, {"comment": "up"}, api=False),
     Row("budget-request-cancel", "post", "/budgets/requests/{request}/cancel/",
-        form_rule({"member": 302}, 404) | {"parent_manager": 403}, api=False),
+        form_rule({"member": 302}, 404) | {"parent_manager": 403, "admin": 403}, api=False),
     Row("budget-request-what-if", "get", "/budgets/requests/{request}/what-if/",
-        page_rule({"member": 200, "parent_manager": 200}, 404), api=False),
+        page_rule(SEES_REQUEST, 404), api=False),
     Row("budget-request-what-if", "post", "/budgets/requests/{request}/what-if/",
-        form_rule({"member": 302, "parent_manager": 302}, 404), {"force": "1"}, api=False),
+        form_rule({"member": 302, "parent_manager": 302, "admin": 302}, 404), {"force": "1"}, api=False),
 ]
 
 
