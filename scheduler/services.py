@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
@@ -15,7 +16,7 @@ from scheduler.choices import LIVE_STATES, EventKind, JobState, Priority, Topolo
 from scheduler.core.durations import format_duration
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess
-from topology.models import Cluster, Gpu, Host
+from topology.models import SUBMIT_ALLOCATED, Cluster, Gpu, Host
 
 MAX_COMMAND_LENGTH = 20000
 MAX_NAME_LENGTH = 200
@@ -176,7 +177,26 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
                 )
     if errors:
         raise JobError(errors)
+    submit_allowed(cluster=cluster, project=project)
     return cluster, project
+
+
+class SubmitRefused(PermissionDenied):
+    """The cluster's policy (`submit:` in its file) does not take jobs from this project: a 403."""
+
+
+def submit_allowed(*, cluster: Cluster, project: Unit) -> None:
+    """Refuse (403, naming the rule) a project the cluster's `submit:` policy leaves out."""
+    rule = cluster.submit_policy
+    if rule == SUBMIT_ALLOCATED:
+        if share_of_cluster(project, cluster) <= 0:
+            raise SubmitRefused(f"{cluster.name} takes jobs only from units with an allocation on it (cluster policy "
+                                f"`{cluster.submit_rule}`); {project.name} has none: ask for a budget")
+    elif isinstance(rule, list):
+        chain = {project.name, *(unit.name for unit in project.ancestors())}
+        if not chain & set(rule):
+            raise SubmitRefused(f"{cluster.name} takes jobs only from {', '.join(rule)} and the units under them "
+                                f"(cluster policy `{cluster.submit_rule}`); {project.name} is not one of them")
 
 
 def _mig_gpu_types(cluster: Cluster) -> list[str]:

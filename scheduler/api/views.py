@@ -22,7 +22,7 @@ from scheduler.api.serializers import (
 from scheduler.choices import JobState
 from scheduler.models import Job, JobEvent
 from scheduler.selectors import live_gpu_ids
-from scheduler.services import JobError, JobRequest, can_cancel, job_cancel, job_submit
+from scheduler.services import JobError, JobRequest, SubmitRefused, can_cancel, job_cancel, job_submit
 
 
 def command_visibility(user):
@@ -115,6 +115,8 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
             job = job_submit(user=request.user, request=JobRequest(**serializer.validated_data))
         except JobError as error:
             raise ValidationError(error.errors)
+        except SubmitRefused as error:
+            raise PermissionDenied(str(error))
         job = self.get_queryset().get(pk=job.pk)
         return Response(JobDetailSerializer(job, context=job_context([job], request.user)).data,
                         status=status.HTTP_201_CREATED)
