@@ -228,3 +228,22 @@ class InputBoundaryMiddleware:
         if refusal.status == 401:
             response["WWW-Authenticate"] = "Token"
         return response
+
+
+class ContentSecurityPolicyMiddleware:
+    """Every response says where its page may load from: this server only, no inline script.
+
+    Pages use local scripts (htmx, Plotly, their own files under static/) and the API docs the Swagger UI
+    bundled with drf-spectacular (its set-up script served as a file too). Inline `style` attributes stay
+    allowed: the pages size bars with them and Plotly draws with them; a style attribute runs no code.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        self.policy = settings.CONTENT_SECURITY_POLICY
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if self.policy:
+            response.setdefault("Content-Security-Policy", self.policy)
+        return response

@@ -16,6 +16,7 @@ from pathlib import Path
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
+from config.csp import content_security_policy
 from config.env import database_from_url, env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -29,6 +30,9 @@ if not SECRET_KEY:
     SECRET_KEY = "allot-insecure-development-key"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Pages load scripts, styles and data from this server only (config/csp.py, config/middleware.py).
+CONTENT_SECURITY_POLICY = content_security_policy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js")
 
 # Behind a TLS-terminating proxy (production): secure cookies, HSTS, and the proxy's word on the scheme.
 if env_bool("ALLOT_HTTPS", False):
@@ -56,6 +60,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     # Before the session is looked up and before any view: see config/middleware.py.
     "config.middleware.InputBoundaryMiddleware",

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import include, path, register_converter
+from django.views.generic import RedirectView
 
 from config.converters import IdConverter
 from scheduler.metrics import metrics_view
@@ -18,6 +20,8 @@ urlpatterns = [
     path("", include("budgets.urls")),
     path("", include("scheduler.urls")),
     path("metrics", metrics_view, name="metrics"),
+    # Browsers ask for it on pages that name no icon (the admin's).
+    path("favicon.ico", RedirectView.as_view(url=static("img/allot.svg"), permanent=True)),
 ]
 
 handler400 = "config.errors.bad_request"
