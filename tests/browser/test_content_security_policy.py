@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 LISTEN = """
 window.__violations = [];
 document.addEventListener("securitypolicyviolation", function (e) {
-  window.__violations.push(e.violatedDirective + " " + (e.blockedURI || "inline") + " " + (e.sourceFile || "") + " " + (e.sample || ""));
+  window.__violations.push([e.violatedDirective, e.blockedURI || "inline", e.sourceFile, e.sample].join(" "));
 });
 """
 
