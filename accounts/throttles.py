@@ -62,3 +62,14 @@ class WhatIfRequestThrottle(_PostOnly):
 
     def get_cache_key(self, request, view):
         return self.cache_format % {"scope": self.scope, "ident": view.kwargs.get("pk")}
+
+
+def what_if_wait(request, budget_request_pk) -> float | None:
+    """For the pages (no DRF view): None when one more what-if run of this request may start now, else the
+    seconds to wait — the same two throttles and counts as the API's."""
+    view = type("WhatIfPage", (), {"kwargs": {"pk": budget_request_pk}})()
+    waits = []
+    for throttle in (WhatIfUserThrottle(), WhatIfRequestThrottle()):
+        if not throttle.allow_request(request, view):
+            waits.append(throttle.wait() or 0)
+    return max(waits) if waits else None

@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts.throttles import what_if_wait
 from budgets import selectors, services, whatif
 from budgets.choices import RequestStatus
 from budgets.forms import (
@@ -29,6 +30,7 @@ from budgets.forms import (
 )
 from budgets.models import BudgetRequest, Unit
 from budgets.permissions import belongs_to, can_decide, can_edit_shares
+from scheduler.core.durations import format_duration
 from topology.models import Cluster
 
 CENT = Decimal("0.01")
@@ -294,6 +296,10 @@ def request_what_if(request, pk):
     if request.method == "GET":
         return render(request, "budgets/_what_if.html", _what_if_context(budget_request))
     form = WhatIfForm(request.POST, auto_id="what_if_%s")
+    wait = what_if_wait(request, budget_request.pk) if form.is_valid() else None
+    if wait is not None:
+        form.add_error(None, f"Too many what-if runs for now (each simulates a week of the cluster twice): "
+                             f"try again in {format_duration(wait)}.")
     if form.is_valid():
         try:
             found, created = whatif.what_if_submit(
@@ -310,7 +316,7 @@ def request_what_if(request, pk):
                 messages.error(request, f"What-if #{found.pk} failed: {found.error}")
             return redirect(reverse("budget-request-detail", args=[pk]) + "#what-if")
     context = _decision_context(request, budget_request, forms={"what_if": form})
-    return render(request, "budgets/request_detail.html", context, status=400)
+    return render(request, "budgets/request_detail.html", context, status=429 if wait is not None else 400)
 
 
 @login_required

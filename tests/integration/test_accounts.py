@@ -204,3 +204,21 @@ def test_what_if_runs_are_throttled_per_request_and_per_user(demo, api, rates):
     assert client.get(path).status_code == 200  # reading the result is not a run
     # pat may still run one for it? No: the request's budget of runs is spent, whoever asks.
     assert api.as_user(get_user("pat")).post(path, {"force": True}, format="json").status_code == 429
+
+
+def test_what_if_runs_from_the_page_share_the_api_s_throttle(demo, api, client, rates):
+    from budgets.models import WhatIf
+    from budgets.services import budget_request_create
+    from topology.models import Cluster
+
+    rates("what_if_request", "1/hour")
+    alice = get_user("alice")
+    request = budget_request_create(user=alice, unit=alice.memberships.get(unit__name="olmo").unit,
+                                    cluster=Cluster.objects.get(), share=60, justification="more")
+    assert api.as_user(alice).post(f"/api/v1/budget-requests/{request.pk}/what-if/", {"force": True},
+                                   format="json").status_code == 201
+    client.force_login(get_user("pat"))
+    response = client.post(f"/budgets/requests/{request.pk}/what-if/", {"force": "1"})
+    assert response.status_code == 429
+    assert "Too many what-if runs" in response.content.decode()
+    assert WhatIf.objects.filter(budget_request=request).count() == 1
