@@ -20,7 +20,7 @@ def token_create(*, user, name: str = "", days: int | None = None, at: datetime 
     key = secrets.token_hex(KEY_BYTES)
     token = ApiToken.objects.create(
         user=user, name=name[:100], digest=digest_of(key), prefix=key[:8], created_at=at,
-        expires_at=at + timedelta(days=days or settings.ALLOT_TOKEN_DAYS),
+        expires_at=at + timedelta(days=days or settings.ALLOT_TOKEN_DAYS), last_used_at=at,  # to log in
     )
     return token, key
 
