@@ -45,7 +45,7 @@ RAW_TEXT_PATHS = ("/api/v1/agent/heartbeat/",)
 
 RAW_FORBIDDEN = re.compile("\x00")
 _PRINTABLE_HEADER = re.compile(r"[\x20-\x7e]*")
-_DEPTH_ERROR = object()
+NOT_FINITE = ("NaN", "Infinity", "-Infinity")
 
 
 class Refusal(Exception):
@@ -96,6 +96,8 @@ def check_json(value, *, raw: bool = False) -> None:
             check_text(item, field, multiline=multiline, raw=raw)
         elif isinstance(item, bool) or item is None:
             continue
+        elif isinstance(item, _HugeNumber) and item.text in NOT_FINITE:
+            raise Refusal(f"{item.text} is not a number JSON allows: numbers must be finite", field=field)
         elif isinstance(item, _HugeNumber):
             raise Refusal(f"{item.text[:40]}{'…' if len(item.text) > 40 else ''} is out of range: numbers must "
                           f"be between {MIN_INTEGER} and {MAX_INTEGER}", field=field)
