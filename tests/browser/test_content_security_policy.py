@@ -53,7 +53,8 @@ PAGES = [
 ]
 
 
-def test_every_page_works_under_the_policy(subjects, visit):
+def test_every_page_works_under_the_policy(subjects, strict_visit):
+    visit = strict_visit
     failed = []
     visit.page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.status} {r.url}"))
     visit.page.add_init_script(LISTEN)
@@ -76,7 +77,8 @@ def test_every_page_works_under_the_policy(subjects, visit):
     assert failed == [] and visit.console_errors == []
 
 
-def test_htmx_refreshes_and_the_cluster_switch_work_under_the_policy(subjects, visit):
+def test_htmx_refreshes_work_under_the_policy(subjects, strict_visit):
+    visit = strict_visit
     visit.page.add_init_script(LISTEN)
     visit.login("alice")
     visit.goto(f"/jobs/{subjects['job']}/")
@@ -87,7 +89,8 @@ def test_htmx_refreshes_and_the_cluster_switch_work_under_the_policy(subjects, v
     assert visit.console_errors == []
 
 
-def test_the_login_and_password_reset_pages_work_under_the_policy(demo, visit):
+def test_the_login_and_password_reset_pages_work_under_the_policy(demo, strict_visit):
+    visit = strict_visit
     visit.page.add_init_script(LISTEN)
     visit.goto("/login/")
     visit.page.click("text=Forgot your password?")
