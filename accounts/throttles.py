@@ -5,9 +5,41 @@ counts live in Django's cache (Redis when REDIS_URL is set, so every server proc
 A host's agent is not throttled here: it reports on its own clock, and its token stands for one host.
 """
 
+import logging
+
+from django.core.cache import cache as default_cache
 from rest_framework.throttling import SimpleRateThrottle, UserRateThrottle
 
 from scheduler.api.authentication import AgentPrincipal
+
+log = logging.getLogger(__name__)
+
+
+class FailOpenCache:
+    """The throttles' cache: if it is unreachable (Redis down), requests are let through, not failed.
+
+    A throttle is a guard against abuse, not a reason to stop serving: with Redis down the pages, the API
+    and the scheduler keep going (tests/faults/test_redis_down.py), unthrottled until Redis returns.
+    """
+
+    def __init__(self, cache):
+        self._cache = cache
+
+    def get(self, key, default=None):
+        try:
+            return self._cache.get(key, default)
+        except Exception as error:  # noqa: BLE001 - whatever the backend raises when it is unreachable
+            log.warning("throttle cache unreachable (%s): not throttling", error.__class__.__name__)
+            return default
+
+    def set(self, key, value, timeout=None):
+        try:
+            self._cache.set(key, value, timeout)
+        except Exception as error:  # noqa: BLE001
+            log.warning("throttle cache unreachable (%s): not throttling", error.__class__.__name__)
+
+
+THROTTLE_CACHE = FailOpenCache(default_cache)
 
 
 def _is_agent(request) -> bool:
@@ -18,6 +50,7 @@ class UserThrottle(UserRateThrottle):
     """Per signed-in user (per address for anonymous callers)."""
 
     scope = "user"
+    cache = THROTTLE_CACHE
 
     def allow_request(self, request, view):
         return _is_agent(request) or super().allow_request(request, view)
@@ -27,6 +60,7 @@ class AddressThrottle(SimpleRateThrottle):
     """Per client address, whoever is signed in."""
 
     scope = "ip"
+    cache = THROTTLE_CACHE
 
     def get_cache_key(self, request, view):
         return self.cache_format % {"scope": self.scope, "ident": self.get_ident(request)}
@@ -42,6 +76,8 @@ class LoginThrottle(AddressThrottle):
 
 
 class _PostOnly(SimpleRateThrottle):
+    cache = THROTTLE_CACHE
+
     def allow_request(self, request, view):
         return request.method != "POST" or super().allow_request(request, view)
 
