@@ -83,7 +83,11 @@ class WhatIfForm(forms.Form):
 
 
 class SharesForm(forms.Form):
-    """A manager sets the shares of a unit's children: one field per child, named `share-<name>`; empty: none."""
+    """A manager sets the shares of a unit's children: one field per child, named `share-<name>`; empty: none.
+
+    A child's field missing from the post altogether (a stale page, a unit added since, a hand-made post) is
+    an error, never a removal: only a field sent empty removes an allocation.
+    """
 
     reason = forms.CharField(max_length=2000, widget=forms.Textarea(attrs={"rows": 2}),
                              help_text="Required: recorded with every change.")
@@ -99,6 +103,11 @@ class SharesForm(forms.Form):
 
     def clean(self):
         cleaned = super().clean()
+        for child in self.children:
+            name = f"share-{child.name}"
+            if self.is_bound and name not in self.data:
+                self.add_error(name, f"{child.name} is missing from the form (reload the page): leave the field "
+                                     "empty to remove its allocation")
         total = sum((cleaned.get(f"share-{child.name}") or Decimal(0)) for child in self.children)
         if total > 100:
             raise ValidationError(f"The shares add up to {total.normalize():f} %, over 100 %.")

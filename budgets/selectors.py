@@ -366,12 +366,39 @@ def _own_filter(user) -> Q:
     return Q(requested_by=user) | Q(origin__requested_by=user)
 
 
+def _affected_filter(user) -> Q:
+    """Requests whose decision changed the share of a unit the user belongs to, or of one above it."""
+    units = {unit.pk: unit.parent_id for unit in Unit.objects.only("pk", "parent_id")}
+    affected, stack = set(), list(Membership.objects.filter(user=user).values_list("unit_id", flat=True))
+    while stack:
+        pk = stack.pop()
+        if pk is not None and pk not in affected:
+            affected.add(pk)
+            stack.append(units.get(pk))
+    if not affected:
+        return Q(pk__in=[])
+    return Q(pk__in=AllocationChange.objects.filter(unit_id__in=affected, budget_request__isnull=False)
+             .values("budget_request_id"))
+
+
 def visible_requests(user):
-    """A user sees their own requests (and the escalations made for them) and those they may decide."""
-    return (
-        BudgetRequest.objects.filter(_own_filter(user) | _decidable_filter(user))
-        .select_related("unit__parent", "cluster", "requested_by", "decided_by", "decider_unit", "origin")
-    )
+    """Who sees a request: its requester (and of the escalations made for it), the managers of its unit and
+    of every unit above (who decide it), the members of units whose share its decision changed, and the
+    operators (superusers), who see them all."""
+    related = ("unit__parent", "cluster", "requested_by", "decided_by", "decider_unit", "origin")
+    if user.is_superuser:
+        return BudgetRequest.objects.select_related(*related)
+    managed = managed_unit_ids(user)
+    managers = Q(unit_id__in=managed) if managed else Q(pk__in=[])
+    return BudgetRequest.objects.filter(
+        _own_filter(user) | _decidable_filter(user) | managers | _affected_filter(user)
+    ).select_related(*related)
+
+
+def visible_request_ids(user, ids) -> set[int]:
+    """Those of `ids` the user may open: a page links to a request only then."""
+    ids = {pk for pk in ids if pk is not None}
+    return set(visible_requests(user).filter(pk__in=ids).values_list("pk", flat=True)) if ids else set()
 
 
 def waiting_for(user):

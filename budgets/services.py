@@ -216,11 +216,13 @@ def budget_request_create(
         raise ValidationError({"ends_at": [
             f"must be after the start ({_when(starts_at or now)}); leave it empty for no end"
         ]})
-    Unit.objects.select_for_update().filter(pk=unit.pk).first()  # one open request per unit: no double submit
-    already = BudgetRequest.objects.open().filter(unit=unit, cluster=cluster).first()
+    # One open request per requester and unit (not per unit: one member cannot block the others), with the
+    # unit locked so a double submit cannot slip two in.
+    Unit.objects.select_for_update().filter(pk=unit.pk).first()
+    already = BudgetRequest.objects.open().filter(unit=unit, cluster=cluster, requested_by=user).first()
     if already is not None:
         raise ValidationError({"unit": [
-            f"request #{already.pk} for {unit.name} on {cluster.name} is still {already.status}; "
+            f"your request #{already.pk} for {unit.name} on {cluster.name} is still {already.status}; "
             "wait for its decision or cancel it first"
         ]})
     current = _current_percent(unit, cluster, now)

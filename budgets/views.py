@@ -15,6 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
+from accounts.throttles import what_if_wait
 from budgets import selectors, services, whatif
 from budgets.choices import RequestStatus
 from budgets.forms import (
@@ -29,6 +30,7 @@ from budgets.forms import (
 )
 from budgets.models import BudgetRequest, Unit
 from budgets.permissions import belongs_to, can_decide, can_edit_shares
+from scheduler.core.durations import format_duration
 from topology.models import Cluster
 
 CENT = Decimal("0.01")
@@ -85,17 +87,24 @@ def unit_detail(request, name):
     visible = selectors.visible_requests(request.user).filter(
         unit__in=[unit, *(row.unit for row in children)], cluster=cluster,
     )
+    schedule = selectors.scheduled_periods(unit, cluster, now=now)
+    history = selectors.unit_history(unit, cluster)
     return render(request, "budgets/unit_detail.html", {
         "unit": unit, "cluster": cluster, "clusters": Cluster.objects.all(), "now": now, "healthy_gpus": healthy,
+        # Requests named in the schedule and history link to their page only for those who may open it.
+        "visible_request_ids": selectors.visible_request_ids(request.user, [
+            *(period.budget_request.pk for period in schedule if getattr(period, "budget_request", None)),
+            *(change.budget_request_id for change in history),
+        ]),
         "row": by_id[unit.pk],
         "parent_row": by_id.get(unit.parent_id),
         "children": children,
         "path": unit.path(),
         "plot": selectors.usage_vs_entitlement(unit, cluster, now=now, healthy_gpus=healthy),
-        "schedule": selectors.scheduled_periods(unit, cluster, now=now),
+        "schedule": schedule,
         "requests": list(visible[:50]),
         "open_requests": by_id[unit.pk].open_requests,
-        "history": selectors.unit_history(unit, cluster),
+        "history": history,
         "can_request": belongs_to(request.user, unit),
         "can_edit_children": can_edit_shares(request.user, unit),
     })
@@ -202,6 +211,7 @@ def _decision_context(request, budget_request: BudgetRequest, *, forms=None) -> 
         {"row": row, "field": room_form[f"sibling-{row.unit.name}"], "suggested": suggestions.get(row.unit.pk)}
         for row in siblings
     ]
+    escalations = list(budget_request.escalations.select_related("unit", "decided_by"))
     return {
         "budget_request": budget_request, "unit": unit, "cluster": cluster, "now": now, "healthy_gpus": healthy,
         "row": by_id[unit.pk], "parent_row": parent_row, "siblings": sibling_rows,
@@ -214,7 +224,9 @@ def _decision_context(request, budget_request: BudgetRequest, *, forms=None) -> 
         "may_escalate": may_decide and unit.parent_id is not None and no_room,
         "deciders": selectors.deciders(budget_request),
         "decided_by_text": _decided_by(budget_request),
-        "escalations": list(budget_request.escalations.select_related("unit", "decided_by")),
+        "escalations": escalations,
+        "visible_request_ids": selectors.visible_request_ids(
+            request.user, [budget_request.escalated_from_id, *(up.pk for up in escalations)]),
         "changes": list(budget_request.changes.select_related("unit").order_by("at", "id")),
         "approve_form": approve_form, "room_form": room_form,
         "deny_form": forms.get("deny") or DenyForm(auto_id="deny_%s"),
@@ -284,6 +296,10 @@ def request_what_if(request, pk):
     if request.method == "GET":
         return render(request, "budgets/_what_if.html", _what_if_context(budget_request))
     form = WhatIfForm(request.POST, auto_id="what_if_%s")
+    wait = what_if_wait(request, budget_request.pk) if form.is_valid() else None
+    if wait is not None:
+        form.add_error(None, f"Too many what-if runs for now (each simulates a week of the cluster twice): "
+                             f"try again in {format_duration(wait)}.")
     if form.is_valid():
         try:
             found, created = whatif.what_if_submit(
@@ -300,7 +316,7 @@ def request_what_if(request, pk):
                 messages.error(request, f"What-if #{found.pk} failed: {found.error}")
             return redirect(reverse("budget-request-detail", args=[pk]) + "#what-if")
     context = _decision_context(request, budget_request, forms={"what_if": form})
-    return render(request, "budgets/request_detail.html", context, status=400)
+    return render(request, "budgets/request_detail.html", context, status=429 if wait is not None else 400)
 
 
 @login_required

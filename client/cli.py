@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 
 from client.api import DEFAULT_SERVER, ApiError, Client, Unreachable, load_config, save_config
 from client.execution import RESERVED_NAMES, RESERVED_PREFIXES
+from client.text import terminal_safe
 from scheduler.core.durations import format_duration, parse_duration
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
@@ -86,6 +87,29 @@ def cmd_login(args) -> int:
     path = save_config({"server": server, "username": username, "token": body["token"]})
     print(f"Logged in to {server} as {username}; token kept in {path} (readable only by you).")
     return 0
+
+
+def cmd_logout(args) -> int:
+    """Revoke the token this machine holds, on the server, and forget it here."""
+    config = load_config()
+    token = config.get("token")
+    server = args.server or os.environ.get("ALLOT_SERVER") or config.get("server")
+    if not token:
+        print("Not logged in: no token kept here.")
+        return 0
+    try:
+        Client(server or DEFAULT_SERVER, token=token).post("auth/tokens/logout/")
+        outcome, code = f"token revoked on {server}", 0
+    except ApiError as error:
+        # Expired or revoked already (401): nothing left to revoke.
+        if error.status != 401:
+            raise
+        outcome, code = "the token had expired or was revoked already", 0
+    except Unreachable as error:
+        outcome, code = (f"{error}: the token was NOT revoked there; revoke it on your account page", EXIT_UNREACHABLE)
+    save_config({key: value for key, value in config.items() if key != "token"})
+    print(f"Logged out ({outcome}); the token is forgotten here.")
+    return code
 
 
 def gpus_label(job: dict) -> str:
@@ -298,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     login.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     login.set_defaults(handler=cmd_login)
 
+    logout = commands.add_parser("logout", help="revoke the token kept by `allot login` and forget it")
+    logout.set_defaults(handler=cmd_logout)
+
     submit = commands.add_parser("submit", help="submit a job: allot submit [options] -- COMMAND")
     submit.add_argument("--cluster", required=True)
     submit.add_argument("--project", required=True)
@@ -360,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@terminal_safe
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -1,10 +1,10 @@
 """REST API v1: the stable core of FORMATS.md, plus the schema and its docs."""
 
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
-from rest_framework.authtoken.views import obtain_auth_token
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 from rest_framework.routers import DefaultRouter
 
+from accounts.api import TokenObtainView, TokenViewSet
 from budgets.api.views import BudgetRequestViewSet, UnitViewSet
 from scheduler.api.views import HeartbeatView, JobViewSet
 from topology.api.views import ClusterViewSet, HostViewSet
@@ -15,11 +15,14 @@ router.register("hosts", HostViewSet)
 router.register("units", UnitViewSet)
 router.register("budget-requests", BudgetRequestViewSet)
 router.register("jobs", JobViewSet)
+router.register("auth/tokens", TokenViewSet, basename="token")
 
 urlpatterns = [
-    path("v1/auth/token/", obtain_auth_token, name="api-token"),
+    path("v1/auth/token/", TokenObtainView.as_view(), name="api-token"),
     path("v1/agent/heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),
     path("v1/", include((router.urls, "api"))),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # The split view serves Swagger UI's set-up script as a file: the pages' CSP allows no inline script.
+    path("docs/", SpectacularSwaggerSplitView.as_view(url_name="schema", template_name="api/swagger_ui.html"),
+         name="swagger-ui"),
 ]

@@ -1,6 +1,6 @@
 """Schema post-processing: every operation documents the errors it can answer with.
 
-DRF answers 400 with `{field: [message]}` and 401/403/404/409 with
+DRF answers 400 with `{field: [message]}` and 401/403/404/409/413/415/429 with
 `{"detail": message}`; clients (and schemathesis) can rely on both.
 """
 
@@ -10,6 +10,9 @@ ERRORS = {
     "403": ("Not allowed for this user or token.", "Detail"),
     "404": ("Not found, or not visible to this user.", "Detail"),
     "409": ("Conflicts with the current state (e.g. the job already ended).", "Detail"),
+    "413": ("The request body is over the size limit (named in the message).", "Detail"),
+    "415": ("The body's media type or charset is not one the API reads.", "Detail"),
+    "429": ("Throttled, or logins locked after too many failures (Retry-After says for how long).", "Detail"),
 }
 SCHEMAS = {
     "Detail": {"type": "object", "properties": {"detail": {"type": "string"}}, "required": ["detail"]},

@@ -5,15 +5,18 @@ REDIS_URL      absent: no broker; Celery tasks run eagerly in-process
 SECRET_KEY     required unless DEBUG
 DEBUG          default off
 ALLOWED_HOSTS  comma-separated; default localhost names
-METRICS_TOKEN  when set, /metrics wants `Authorization: Bearer <token>`
+ALLOT_METRICS_TOKEN  when set, /metrics wants `Authorization: Bearer <token>` (METRICS_TOKEN also read)
+EMAIL_BACKEND  default: the console (the embedded default prints password-reset mail); EMAIL_HOST etc. for SMTP
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import plotly
 from django.core.exceptions import ImproperlyConfigured
 
+from config.csp import content_security_policy
 from config.env import database_from_url, env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -27,6 +30,9 @@ if not SECRET_KEY:
     SECRET_KEY = "allot-insecure-development-key"
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# Pages load scripts, styles and data from this server only (config/csp.py, config/middleware.py).
+CONTENT_SECURITY_POLICY = content_security_policy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js")
 
 # Behind a TLS-terminating proxy (production): secure cookies, HSTS, and the proxy's word on the scheme.
 if env_bool("ALLOT_HTTPS", False):
@@ -42,10 +48,11 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "axes",
+    "accounts",
     "topology",
     "budgets",
     "scheduler",
@@ -53,15 +60,19 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "config.middleware.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before the session is looked up and before any view: see config/middleware.py.
+    "config.middleware.InputBoundaryMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "config.middleware.RejectNulBytesMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last: turns a locked-out login into the lockout answer (accounts/lockout.py).
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -96,6 +107,28 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# django-axes first: it refuses a login for an account or address past the failure limit, before any password check.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = env_int("ALLOT_LOGIN_FAILURE_LIMIT", 5)
+# Per account and, separately, per client address.
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("ALLOT_LOGIN_LOCKOUT_MINUTES", 15))
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "accounts.lockout.lockout_response"
+AXES_VERBOSE = False
+
+# User API tokens: one per login, valid this many days unless revoked (accounts/).
+ALLOT_TOKEN_DAYS = env_int("ALLOT_TOKEN_DAYS", 30)
+
+# Password reset mail: the console unless a backend is configured (SMTP: EMAIL_HOST, EMAIL_PORT, ...).
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "allot@localhost")
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -124,10 +157,23 @@ LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "accounts.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_THROTTLE_CLASSES": ["accounts.throttles.UserThrottle", "accounts.throttles.AddressThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "user": env_str("ALLOT_THROTTLE_USER", "1200/min"),
+        "ip": env_str("ALLOT_THROTTLE_IP", "3000/min"),
+        "login": env_str("ALLOT_THROTTLE_LOGIN", "30/min"),
+        "what_if_user": env_str("ALLOT_THROTTLE_WHAT_IF_USER", "30/hour"),
+        "what_if_request": env_str("ALLOT_THROTTLE_WHAT_IF_REQUEST", "10/hour"),
+    },
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PARSER_CLASSES": [
+        "config.parsers.BoundaryJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_PAGINATION_CLASS": "config.pagination.Pagination",
     "PAGE_SIZE": 200,
@@ -155,6 +201,9 @@ SPECTACULAR_SETTINGS = {
 # Celery: with REDIS_URL, a real broker; without it, tasks run in-process and
 # their errors propagate to the caller (the embedded default and the tests).
 REDIS_URL = env_str("REDIS_URL")
+# Throttle counts: shared through Redis when there is one, else kept per process.
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL} if REDIS_URL
+          else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = REDIS_URL or None
 CELERY_TASK_ALWAYS_EAGER = not REDIS_URL
@@ -178,7 +227,7 @@ ALLOT_SIMULATION_SPEED = env_int("ALLOT_SIMULATION_SPEED", 60)
 # The dashboards' history: the tick keeps one sample of each cluster this often (seconds).
 ALLOT_SAMPLE_SECONDS = env_int("ALLOT_SAMPLE_SECONDS", 60)
 # /metrics: when set, scrapers must send `Authorization: Bearer <token>`; empty: open (the usual for Prometheus).
-METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+METRICS_TOKEN = env_str("ALLOT_METRICS_TOKEN", "") or env_str("METRICS_TOKEN", "")
 
 LOGGING = {
     "version": 1,
@@ -186,5 +235,5 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

@@ -3,6 +3,24 @@ from django.contrib import admin
 from scheduler.models import GpuAssignment, Job, JobEvent
 
 
+class AuditAdmin(admin.ModelAdmin):
+    """History the scheduler and the services write: read here, never added, changed or deleted.
+
+    A job's events, its GPU assignments (the usage the budgets are charged from) and the job itself are
+    that history; a live job is stopped with a cancel (the API, `allot cancel`, the job's page), which
+    releases its GPUs through the same service as every other end of a run.
+    """
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
 class JobEventInline(admin.TabularInline):
     model = JobEvent
     extra = 0
@@ -14,7 +32,7 @@ class JobEventInline(admin.TabularInline):
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(AuditAdmin):
     """Jobs are changed by the scheduler and their owners through the API; here they are read."""
 
     list_display = ["id", "cluster", "project", "user", "gpus", "min_runtime", "state", "submitted_at"]
@@ -22,23 +40,14 @@ class JobAdmin(admin.ModelAdmin):
     search_fields = ["id", "name", "project__name", "user__username"]
     inlines = [JobEventInline]
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(JobEvent)
-class JobEventAdmin(admin.ModelAdmin):
+class JobEventAdmin(AuditAdmin):
     list_display = ["at", "job", "kind", "cause", "actor", "detail"]
     list_filter = ["kind"]
 
-    def has_change_permission(self, request, obj=None):
-        return False
-
 
 @admin.register(GpuAssignment)
-class GpuAssignmentAdmin(admin.ModelAdmin):
+class GpuAssignmentAdmin(AuditAdmin):
     list_display = ["gpu", "job", "milli", "assigned_at", "released_at"]
     list_filter = ["released_at"]
-
-    def has_change_permission(self, request, obj=None):
-        return False

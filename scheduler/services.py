@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
@@ -11,11 +12,12 @@ from budgets.models import Unit
 from budgets.permissions import is_member, manages
 from budgets.selectors import share_of_cluster
 from client.execution import ENV_NAME, RESERVED_NAMES, RESERVED_PREFIXES
+from config.text import forbidden_in
 from scheduler.choices import LIVE_STATES, EventKind, JobState, Priority, Topology
 from scheduler.core.durations import format_duration
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess
-from topology.models import Cluster, Gpu, Host
+from topology.models import SUBMIT_ALLOCATED, Cluster, Gpu, Host
 
 MAX_COMMAND_LENGTH = 20000
 MAX_NAME_LENGTH = 200
@@ -123,11 +125,18 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
     def refuse(field: str, message: str):
         errors.setdefault(field, []).append(message)
 
-    cluster = Cluster.objects.filter(name=request.cluster).first()
-    if cluster is None:
+    # Names are shown on pages and terminals: no controls, no bidi overrides (whatever path the job came by),
+    # and nothing that could not be stored is looked up.
+    for field, value in (("name", request.name), ("project", request.project), ("cluster", request.cluster),
+                         ("gpu_type", request.gpu_type), ("mig_profile", request.mig_profile)):
+        problem = forbidden_in(value)
+        if problem:
+            refuse(field, f"{problem}; remove it")
+    cluster = Cluster.objects.filter(name=request.cluster).first() if "cluster" not in errors else None
+    if cluster is None and "cluster" not in errors:
         refuse("cluster", f"no cluster named {request.cluster!r}")
-    project = Unit.objects.filter(name=request.project).first()
-    if project is None:
+    project = Unit.objects.filter(name=request.project).first() if "project" not in errors else None
+    if project is None and "project" not in errors:
         refuse("project", f"no project named {request.project!r}")
     elif project.children.exists():
         names = ", ".join(project.children.order_by("name").values_list("name", flat=True))
@@ -229,7 +238,26 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
                 )
     if errors:
         raise JobError(errors)
+    submit_allowed(cluster=cluster, project=project)
     return cluster, project
+
+
+class SubmitRefused(PermissionDenied):
+    """The cluster's policy (`submit:` in its file) does not take jobs from this project: a 403."""
+
+
+def submit_allowed(*, cluster: Cluster, project: Unit) -> None:
+    """Refuse (403, naming the rule) a project the cluster's `submit:` policy leaves out."""
+    rule = cluster.submit_policy
+    if rule == SUBMIT_ALLOCATED:
+        if share_of_cluster(project, cluster) <= 0:
+            raise SubmitRefused(f"{cluster.name} takes jobs only from units with an allocation on it (cluster policy "
+                                f"`{cluster.submit_rule}`); {project.name} has none: ask for a budget")
+    elif isinstance(rule, list):
+        chain = {project.name, *(unit.name for unit in project.ancestors())}
+        if not chain & set(rule):
+            raise SubmitRefused(f"{cluster.name} takes jobs only from {', '.join(rule)} and the units under them "
+                                f"(cluster policy `{cluster.submit_rule}`); {project.name} is not one of them")
 
 
 def _mig_gpu_types(cluster: Cluster) -> list[str]:
@@ -291,15 +319,11 @@ def job_cancel(*, job: Job, actor, reason: str = "", at: datetime | None = None)
 
 
 def release_gpus(job: Job, *, at: datetime, hosts=None) -> int:
-    """Let go of the job's live GPUs (on `hosts` only, when given); keeps the per-GPU milli in step."""
+    """Let go of the job's live GPUs (on `hosts` only, when given); the database keeps each GPU's milli in step."""
     live = GpuAssignment.objects.filter(job=job, released_at__isnull=True)
     if hosts is not None:
         live = live.filter(gpu__host__in=hosts)
-    rows = list(live.values_list("pk", "gpu_id", "milli"))
-    for _, gpu_id, milli in rows:
-        Gpu.objects.filter(pk=gpu_id).update(allocated_milli=F("allocated_milli") - milli)
-    GpuAssignment.objects.filter(pk__in=[pk for pk, _, _ in rows]).update(released_at=at)
-    return len(rows)
+    return live.update(released_at=at)
 
 
 @transaction.atomic

@@ -157,12 +157,12 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
                                               destroyed_at__isnull=True).first()
         if instance is None:
             raise IntegrityError(f"no {start.mig_profile} instance at slice {start.mig_start} of {start.gpu_ids[0]}")
+    # The database adds their milli to each GPU (a trigger) and its check constraint refuses a GPU beyond
+    # 1000 milli: an overcommit rolls the tick back.
     GpuAssignment.objects.bulk_create([
         GpuAssignment(job_id=job_pk, gpu_id=pk, milli=start.gpu_milli, assigned_at=now, mig_instance=instance)
         for pk in gpu_pks
     ])
-    # The check constraint refuses a GPU beyond 1000 milli: an overcommit rolls the tick back.
-    Gpu.objects.filter(pk__in=gpu_pks).update(allocated_milli=F("allocated_milli") + start.gpu_milli)
     job = Job.objects.only("restarts").get(pk=job_pk)
     hosts = sorted({gpu_id.rsplit(":", 1)[0] for gpu_id in start.gpu_ids})
     JobProcess.objects.bulk_create([

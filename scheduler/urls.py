@@ -5,6 +5,6 @@ from scheduler import views
 urlpatterns = [
     path("queue/", views.queue_home, name="queue-home"),
     path("clusters/<slug:name>/queue/", views.queue, name="queue"),
-    path("jobs/<int:pk>/", views.job_detail, name="job-detail"),
-    path("jobs/<int:pk>/cancel/", views.job_cancel_view, name="job-cancel"),
+    path("jobs/<id:pk>/", views.job_detail, name="job-detail"),
+    path("jobs/<id:pk>/cancel/", views.job_cancel_view, name="job-cancel"),
 ]

@@ -2,8 +2,10 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
+from django.core.cache import cache
 from rest_framework.test import APIClient
+
+from accounts.services import token_create
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "demo"
@@ -27,15 +29,27 @@ def user(db):
 
 @pytest.fixture
 def api():
-    """An API client; `api.as_user(user)` authenticates with the user's token."""
+    """An API client; `api.as_user(user)` authenticates with a new API token of the user's."""
 
     class Client(APIClient):
         def as_user(self, who):
-            token, _ = Token.objects.get_or_create(user=who)
-            self.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            self.credentials(HTTP_AUTHORIZATION=f"Token {api_key(who)}")
             return self
 
     return Client()
+
+
+def api_key(user, name="tests") -> str:
+    """The key of a new API token for `user`, as `allot login` would get one."""
+    return token_create(user=user, name=name)[1]
+
+
+@pytest.fixture(autouse=True)
+def fresh_throttles():
+    """Throttle counts live in the cache: each test starts with none."""
+    cache.clear()
+    yield
+    cache.clear()
 
 
 def get_user(username):

@@ -33,8 +33,7 @@ def make_job(
         for gpu_id in chosen:
             host, index = gpu_id.rsplit(":", 1)
             gpu = Gpu.objects.get(host__name=host, index=int(index))
-            GpuAssignment.objects.create(job=job, gpu=gpu, milli=milli, assigned_at=start)
-            Gpu.objects.filter(pk=gpu.pk).update(allocated_milli=gpu.allocated_milli + milli)
+            GpuAssignment.objects.create(job=job, gpu=gpu, milli=milli, assigned_at=start)  # the GPU's milli: a trigger
         job.state = state or JobState.RUNNING
         job.started_at = job.run_started_at = start
         job.save(update_fields=["state", "started_at", "run_started_at"])

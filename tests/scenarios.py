@@ -2,12 +2,9 @@
 
 from datetime import timedelta
 
-from django.db.models import F
-
 from scheduler.choices import JobState
 from scheduler.models import GpuAssignment, Job
 from tests.factories import make_job
-from topology.models import Gpu
 
 
 def finished_job(*, project, gpus, on_hosts, started, hours, min_runtime=3600, state=JobState.COMPLETED, **fields):
@@ -16,7 +13,6 @@ def finished_job(*, project, gpus, on_hosts, started, hours, min_runtime=3600, s
                    submitted_at=started - timedelta(minutes=5), **fields)
     ended = started + timedelta(hours=hours)
     GpuAssignment.objects.filter(job=job).update(released_at=ended)
-    Gpu.objects.filter(assignments__job=job).update(allocated_milli=F("allocated_milli") - 1000)
     Job.objects.filter(pk=job.pk).update(state=state, ended_at=ended)
     return job
 

@@ -68,11 +68,19 @@ class MigInstanceAdmin(admin.ModelAdmin):
 
 @admin.register(HostEvent)
 class HostEventAdmin(admin.ModelAdmin):
+    """A host's history (state changes with who and why, health events): read here, never edited or deleted."""
+
     list_display = ["at", "host", "kind", "code", "detail", "actor"]
     list_filter = ["kind"]
     search_fields = ["host__name", "detail"]
 
+    def has_add_permission(self, request):
+        return False
+
     def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
         return False
 
 

@@ -24,7 +24,16 @@ from scheduler.core.durations import parse_duration
 from scheduler.core.placement import choose_fast_lane_hosts
 from topology.choices import DomainKind, Executor, GpuHealth, HostState
 from topology.health import parse_health_policy
-from topology.models import AWAITING_AGENT_REASON, Block, Cluster, Domain, Gpu, Host, MigInstance
+from topology.models import (
+    AWAITING_AGENT_REASON,
+    Block,
+    Cluster,
+    Domain,
+    Gpu,
+    Host,
+    MigInstance,
+    parse_submit_policy,
+)
 
 LOADER_ACTOR = "system:load_cluster"
 UNHEALTHY_REASON = "listed in unhealthy_hosts of the cluster file"
@@ -41,6 +50,7 @@ POLICY_FIELDS = {
     "heartbeat_timeout": ("heartbeat_timeout_seconds", "duration"),
     "executor": ("executor", "executor"),
     "allow_root_jobs": ("allow_root_jobs", "bool"),
+    "submit": ("submit_policy", "submit"),
 }
 DOMAIN_KEYS = {
     "name", "count", "block", "hosts", "gpus_per_host", "gpu_type",
@@ -201,6 +211,11 @@ def parse_cluster(data) -> ClusterSpec:
                 policy[model_field] = value
             else:
                 problems.append(f"policy.{key}: {value!r} must be true or false")
+        elif kind == "submit":
+            submit, submit_problems = parse_submit_policy(value, f"policy.{key}")
+            problems.extend(submit_problems)
+            if not submit_problems:
+                policy[model_field] = submit
         elif value not in Executor.values:
             problems.append(f"policy.{key}: {value!r} must be one of {', '.join(Executor.values)}")
         else:
@@ -323,7 +338,7 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
     from scheduler.models import GpuAssignment  # scheduler depends on topology, not the reverse
 
     changes = {"created": 0, "updated": 0, "removed": 0}
-    defaults = {field_name: model_field.default for field_name, model_field in _policy_model_fields().items()}
+    defaults = {field_name: model_field.get_default() for field_name, model_field in _policy_model_fields().items()}
     defaults.update(spec.policy)
     if spec.health is not None:
         defaults["health_policy"] = spec.health

@@ -17,6 +17,26 @@ AWAITING_AGENT_REASON = "waiting for its agent to register"
 HEALTHY_STATES = (HostState.UP, HostState.DRAINING)
 
 
+SUBMIT_ALL, SUBMIT_ALLOCATED = "all", "allocated"
+
+
+def submit_by_all() -> str:
+    return SUBMIT_ALL
+
+
+def parse_submit_policy(value, where: str = "policy.submit") -> tuple[object, list[str]]:
+    """Who may submit to a cluster: `all`, `allocated` (units holding a share of it), or a list of unit names
+    (those units and every unit under them). Returns the value as stored, and the problems found."""
+    if value in (SUBMIT_ALL, SUBMIT_ALLOCATED):
+        return value, []
+    if isinstance(value, list) and value and all(isinstance(name, str) and name for name in value):
+        bad = [name for name in value if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii()]
+        if bad:
+            return None, [f"{where}: {', '.join(map(repr, bad))} are not unit names"]
+        return sorted(set(value)), []
+    return None, [f"{where}: {value!r} must be `all`, `allocated` or a list of unit names"]
+
+
 class Cluster(models.Model):
     """A pool of hosts scheduled together, with its scheduling policy."""
 
@@ -40,6 +60,11 @@ class Cluster(models.Model):
         default=default_health_policy, blank=True,
         help_text="Health events and the action each takes (drain, cordon, down, none); see topology/health.py.",
     )
+    # Who may submit: "all", "allocated" (units with a share of this cluster) or a list of unit names.
+    submit_policy = models.JSONField(
+        default=submit_by_all, blank=True,
+        help_text="Who may submit: \"all\", \"allocated\" (units with a share here) or a list of unit names.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -48,6 +73,12 @@ class Cluster(models.Model):
 
     def __str__(self):
         return self.name
+
+    @property
+    def submit_rule(self) -> str:
+        """The policy as the cluster file says it: `submit: allocated`, `submit: [olmo, nlp]`."""
+        value = self.submit_policy
+        return f"submit: [{', '.join(value)}]" if isinstance(value, list) else f"submit: {value}"
 
     def scheduling_policy(self) -> core.Policy:
         return core.Policy(
@@ -68,6 +99,10 @@ class Cluster(models.Model):
         if problems:
             raise ValidationError({"health_policy": problems})
         self.health_policy = policy
+        submit, problems = parse_submit_policy(self.submit_policy, "submit_policy")
+        if problems:
+            raise ValidationError({"submit_policy": problems})
+        self.submit_policy = submit
 
     @property
     def health(self) -> HealthPolicy:

@@ -5,7 +5,9 @@ from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
+from accounts.throttles import WhatIfRequestThrottle, WhatIfUserThrottle
 from budgets import selectors, services, whatif
 from budgets.api.serializers import (
     ApproveSerializer,
@@ -20,6 +22,7 @@ from budgets.api.serializers import (
 )
 from budgets.models import BudgetRequest, Unit
 from budgets.selectors import HOURS_PER_WEEK, people_by_unit, unit_shares
+from config.converters import ID_REGEX
 from topology.models import Cluster
 
 
@@ -150,6 +153,7 @@ class BudgetRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
 
     queryset = BudgetRequest.objects.all()
     serializer_class = BudgetRequestSerializer
+    lookup_value_regex = ID_REGEX
 
     def get_queryset(self):
         user, params = self.request.user, self.request.query_params
@@ -237,7 +241,8 @@ class BudgetRequestViewSet(mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
             "cluster as it is this hour exists and is returned (`force` simulates anew). Open requests only."
         ),
     )
-    @action(detail=True, methods=["get", "post"], url_path="what-if", url_name="what-if")
+    @action(detail=True, methods=["get", "post"], url_path="what-if", url_name="what-if",
+            throttle_classes=[*api_settings.DEFAULT_THROTTLE_CLASSES, WhatIfUserThrottle, WhatIfRequestThrottle])
     def what_if(self, request, pk=None):
         target = self.get_object()
         if request.method == "GET":

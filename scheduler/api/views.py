@@ -9,6 +9,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from budgets.permissions import is_oncall, managed_unit_ids
+from config.converters import ID_REGEX
 from scheduler.agents import Heartbeat, ProcessReport, agent_heartbeat
 from scheduler.api.authentication import AgentTokenAuthentication, IsAgent
 from scheduler.api.serializers import (
@@ -22,7 +23,7 @@ from scheduler.api.serializers import (
 from scheduler.choices import JobState
 from scheduler.models import Job, JobEvent
 from scheduler.selectors import live_gpu_ids
-from scheduler.services import JobError, JobRequest, can_cancel, job_cancel, job_submit
+from scheduler.services import JobError, JobRequest, SubmitRefused, can_cancel, job_cancel, job_submit
 from topology.choices import Executor
 
 
@@ -56,6 +57,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
     """Submit, list, read and cancel jobs."""
 
     queryset = Job.objects.select_related("cluster", "project__parent", "user")
+    lookup_value_regex = ID_REGEX
 
     def get_serializer_class(self):
         if self.action == "create":
@@ -67,7 +69,7 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         return JobSerializer
 
     def get_object(self):
-        job = self.get_queryset().filter(pk=self.kwargs["pk"]).first() if str(self.kwargs["pk"]).isdigit() else None
+        job = self.get_queryset().filter(pk=int(self.kwargs["pk"])).first()
         if job is None:
             raise NotFound(f"no job {self.kwargs['pk']}")
         return job
@@ -115,6 +117,8 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
             job = job_submit(user=request.user, request=JobRequest(**serializer.validated_data))
         except JobError as error:
             raise ValidationError(error.errors)
+        except SubmitRefused as error:
+            raise PermissionDenied(str(error))
         job = self.get_queryset().get(pk=job.pk)
         return Response(JobDetailSerializer(job, context=job_context([job], request.user)).data,
                         status=status.HTTP_201_CREATED)

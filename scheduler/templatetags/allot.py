@@ -73,7 +73,7 @@ def cause_link(cause):
     if not cause:
         return ""
     kind, _, subject = str(cause).partition(":")
-    if kind == "job" and subject.isdigit():
+    if kind == "job" and subject.isascii() and subject.isdigit():
         return format_html('for <a href="{}">job {}</a>', reverse("job-detail", args=[int(subject)]), subject)
     if kind in ("drain", "down") and subject:
         words = "drain of" if kind == "drain" else "host down:"

@@ -163,11 +163,21 @@ def test_escape_sequences_controls_and_lone_surrogates_in_output_are_cleaned_not
     assert JobProcess.objects.get(job=job).output_tail == "a\ufffdb red \ufffd c\nend\t!" + "y" * 10
 
 
-def test_the_server_cleans_a_nul_in_what_an_agent_reports():
-    # The agent replaces NUL itself (client/text.py), so its heartbeats carry none; the server cleans again.
-    # (config/middleware.py refuses any JSON body holding \u0000 before a view sees it; see the README.)
+def test_the_server_cleans_a_nul_in_what_an_agent_reports(agent_cluster, api):
+    # The agent replaces NUL itself (client/text.py); an agent that does not (an older one) still keeps its
+    # host up: the input boundary lets NUL through in output only, and the heartbeat cleans it.
     report = ProcessReport(job=1, run=0, rank=0, state="running", output_tail="a\x00b", error="x\x00\x1b[2Jy")
     assert (report.output_tail, report.error) == ("a\ufffdb", "x\ufffdy")
+    job = running_job(agent_cluster, api)
+    body = {"host": "hgx-01-h01", "processes": [
+        {"job": job.pk, "run": 0, "rank": 0, "state": "running", "output_tail": "step\x00 1\n"}]}
+    response = api.post("/api/v1/agent/heartbeat/", json.dumps(body), content_type="application/json")
+    assert response.status_code == 200, response.content
+    assert JobProcess.objects.get(job=job).output_tail == "step\ufffd 1\n"
+    # Anywhere else a NUL is still refused at the boundary, by name.
+    body["host"] = "hgx-01-h01\x00"
+    response = api.post("/api/v1/agent/heartbeat/", json.dumps(body), content_type="application/json")
+    assert response.status_code == 400 and "host" in response.json()
 
 
 def test_entries_that_are_not_objects_and_too_many_entries(agent_cluster, api):

@@ -77,7 +77,9 @@ def test_a_user_lists_their_own_requests_and_those_they_may_decide(demo, api):
     assert ids("alice") == [mine]
     assert ids("pat") == [mine] and ids("pat", "?waiting=1") == [mine]
     assert ids("mia") == [other] and ids("mia", "?status=approved") == []
-    assert ids("carol") == [] and ids("lee") == []
+    # lee manages olmo (not its parent): sees the request, does not decide it; carol is in a sibling project.
+    assert ids("carol") == [] and ids("lee") == [mine] and ids("lee", "?waiting=1") == []
+    assert ids("admin") == [other, mine]
     assert ids("dan", "?mine=1") == [other] and ids("dan", "?unit=olmo") == []
     assert api.as_user(get_user("carol")).get(f"{REQUESTS}{mine}/").status_code == 404
     assert api.as_user(get_user("pat")).get(f"{REQUESTS}{mine}/").json()["can_decide"] is True
@@ -107,7 +109,8 @@ def test_a_denial_needs_a_comment(demo, api):
     assert (body["status"], body["comment"], body["decided_by"]) == ("denied", "after the release", "pat")
 
 
-@pytest.mark.parametrize("username, code", [("alice", 403), ("lee", 404), ("mia", 404), ("admin", 404)])
+# lee (olmo's manager) and admin (an operator) see the request, so they are told no (403); mia does not see it.
+@pytest.mark.parametrize("username, code", [("alice", 403), ("lee", 403), ("mia", 404), ("admin", 403)])
 def test_only_a_manager_of_the_parent_decides(demo, api, username, code):
     pk = file(api).json()["id"]
     client = api.as_user(get_user(username))

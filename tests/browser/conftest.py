@@ -74,12 +74,24 @@ class Visit:
         ]
 
 
-@pytest.fixture
-def visit(browser, live_server):
-    context = browser.new_context(viewport={"width": 1300, "height": 900})
+def _visit(browser, live_server, *, bypass_csp: bool):
+    context = browser.new_context(viewport={"width": 1300, "height": 900}, bypass_csp=bypass_csp)
     page = context.new_page()
     page.set_default_timeout(15000)
     session = Visit(page, live_server.url)
     yield session
     context.close()
     assert session.external_requests() == [], "requests left 127.0.0.1"
+
+
+@pytest.fixture
+def visit(browser, live_server):
+    # Playwright's own helpers (wait_for_function) evaluate strings in the page, which the site's
+    # Content-Security-Policy refuses; `strict_visit` keeps the policy, for the tests of the policy itself.
+    yield from _visit(browser, live_server, bypass_csp=True)
+
+
+@pytest.fixture
+def strict_visit(browser, live_server):
+    """A visit under the site's Content-Security-Policy, as a user's browser has it."""
+    yield from _visit(browser, live_server, bypass_csp=False)

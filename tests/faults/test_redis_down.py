@@ -11,11 +11,10 @@ from datetime import UTC, datetime
 import pytest
 import requests
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
 from scheduler.models import Job, Tick
 from scheduler.services import JobRequest, job_submit
-from tests.conftest import get_user
+from tests.conftest import api_key, get_user
 from tests.faults.support import (
     scheduler,
     set_password_for_children,
@@ -77,7 +76,7 @@ def test_redis_down_keeps_pages_and_ticks_going_and_leadership_returns_with_it(f
             simulated_duration=1200 + 60 * number, command="python train.py"))
     alice = get_user("alice")
     set_password_for_children(alice, "alice-password")
-    token = Token.objects.create(user=alice).key
+    token = api_key(alice)
     database = database_url()
     server, base = web(database, tmp_path, redis_url=private_redis.url)
     ticker = scheduler(database, tmp_path, interval=0.2, redis_url=private_redis.url, ALLOT_SIMULATION_SPEED=600)

@@ -231,14 +231,19 @@ def test_bad_dates_and_empty_justifications_are_refused_naming_the_field(demo):
     assert not BudgetRequest.objects.exists()
 
 
-def test_one_open_request_per_unit_and_cluster_and_no_request_for_the_current_share(demo):
+def test_one_open_request_per_requester_unit_and_cluster_and_no_request_for_the_current_share(demo):
+    """Finding 10: one open request per unit let any member block everyone else in the unit."""
     first = ask("alice", "olmo", "60", demo)
     with pytest.raises(ValidationError) as refused:
-        ask("bob", "olmo", "65", demo)
-    assert f"request #{first.pk}" in messages_of(refused)
+        ask("alice", "olmo", "65", demo)
+    assert f"your request #{first.pk}" in messages_of(refused)
+    # Another member of the unit is not blocked by alice's request.
+    bobs = ask("bob", "olmo", "65", demo)
+    assert bobs.status == RequestStatus.PENDING
     budget_request_cancel(request=first, user=get_user("alice"))
-    with pytest.raises(ValidationError, match="already has 55 %"):
-        ask("bob", "olmo", "55", demo)
+    ask("alice", "olmo", "62", demo)
+    with pytest.raises(ValidationError, match="already has 30 %"):
+        ask("carol", "tulu", "30", demo)
 
 
 def test_the_requester_cancels_and_an_escalation_above_goes_with_it(demo):

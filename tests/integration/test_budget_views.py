@@ -155,9 +155,14 @@ def test_escalating_from_the_page_creates_the_request_one_level_up(demo, client)
 
 def test_nobody_else_decides_and_hidden_requests_are_not_found(demo, client):
     request = ask()
-    lee = as_user(client, "lee")  # manages olmo, not its parent
-    assert lee.get(f"/budgets/requests/{request.pk}/").status_code == 404
-    assert lee.post(f"/budgets/requests/{request.pk}/approve/", {"comment": ""}).status_code == 404
+    lee = as_user(client, "lee")  # manages olmo, not its parent: sees the request, does not decide it
+    page = lee.get(f"/budgets/requests/{request.pk}/")
+    assert page.status_code == 200 and 'data-testid="decision"' not in text(page)
+    lee.post(f"/budgets/requests/{request.pk}/approve/", {"comment": ""})
+    assert BudgetRequest.objects.get(pk=request.pk).status == RequestStatus.PENDING
+    dan = as_user(Client(), "dan")  # another program's researcher
+    assert dan.get(f"/budgets/requests/{request.pk}/").status_code == 404
+    assert dan.post(f"/budgets/requests/{request.pk}/approve/", {"comment": ""}).status_code == 404
     alice = as_user(Client(), "alice")
     page = text(alice.get(f"/budgets/requests/{request.pk}/"))
     assert 'data-testid="decision"' not in page and "Cancel this request" in page
@@ -194,6 +199,22 @@ def test_a_bad_direct_edit_shows_the_problem_and_changes_nothing(demo, client):
                                                         "share-safety": "15", "reason": ""})
     assert "reason" in no_reason.context["form"].errors
     assert share("olmo") == 55 and not AllocationChange.objects.filter(source="direct").exists()
+
+
+def test_a_child_missing_from_the_shares_form_is_an_error_not_a_removal(demo, client):
+    """Finding 9: a post without tulu's field (a stale page) used to remove tulu's allocation."""
+    pat = as_user(client, "pat")
+    response = pat.post("/budgets/units/nlp/shares/?cluster=gb200-east",
+                        {"share-olmo": "60", "share-safety": "15", "reason": "olmo ships in March"})
+    assert response.status_code == 200
+    assert "tulu is missing from the form" in response.context["form"].errors["share-tulu"][0]
+    assert share("olmo") == 55 and share("tulu") == 30
+    assert not AllocationChange.objects.filter(source="direct").exists()
+    # Sent empty, on purpose: that is a removal.
+    response = pat.post("/budgets/units/nlp/shares/?cluster=gb200-east",
+                        {"share-olmo": "60", "share-tulu": "", "share-safety": "15", "reason": "tulu is done"})
+    assert response.status_code == 302
+    assert not Allocation.objects.current().filter(unit__name="tulu").exists()
 
 
 @pytest.mark.parametrize("username, path", [

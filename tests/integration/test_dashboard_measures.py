@@ -91,7 +91,6 @@ def test_fragmentation_by_hand(lab):
     assert fragmentation.largest_placeable == 7
     assert fragmentation.stranded == {8: 1.0, 16: 1.0, 32: 1.0, 72: 1.0}
     # One more free GPU on srv-01 and an 8-GPU job fits there: only rack's 2 and srv-02's 7 are stranded for 8.
-    Gpu.objects.filter(host__name="srv-01-h01", index=0).update(allocated_milli=0)
     from scheduler.models import GpuAssignment
 
     GpuAssignment.objects.filter(gpu__host__name="srv-01-h01").update(released_at=timezone.now())

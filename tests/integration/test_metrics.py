@@ -136,3 +136,16 @@ def test_a_scrape_costs_the_same_few_queries_whatever_the_number_of_jobs(busy, c
         make_job(gpus=1, min_runtime=600, state="pending")
     with django_assert_max_num_queries(12):
         client.get("/metrics")
+
+
+def test_the_metrics_token_is_read_from_allot_metrics_token():
+    """`ALLOT_METRICS_TOKEN` (documented in the README) puts /metrics behind a bearer token."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "DEBUG": "1", "ALLOT_METRICS_TOKEN": "scrape-me", "DJANGO_SETTINGS_MODULE": "config.settings"}
+    env.pop("METRICS_TOKEN", None)
+    out = subprocess.run([sys.executable, "-c", "from django.conf import settings; print(settings.METRICS_TOKEN)"],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "scrape-me"

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 import pytest
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from accounts.services import token_create
 from budgets.models import WhatIf
 from budgets.services import budget_request_create
 from scheduler.services import JobRequest, job_submit
-from tests.conftest import get_user
+from tests.conftest import api_key, get_user
 from topology.models import AgentToken, Cluster, Host
 
 pytestmark = pytest.mark.django_db
@@ -57,6 +57,8 @@ def form_rule(signed_in: dict[str, int] | None = None, default: int = 403) -> di
 
 ONCALL = {"oncall": 200, "admin": 200}
 OWNER_OR_MANAGER = {"member": 200, "parent_manager": 200, "admin": 200}
+# Who opens alice's budget request: alice, the managers above olmo (pat decides it), the operators.
+SEES_REQUEST = {"member": 200, "parent_manager": 200, "admin": 200}
 
 
 @dataclass
@@ -76,6 +78,11 @@ ROWS = [
     Row("agent-heartbeat", "post", "/api/v1/agent/heartbeat/",
         {**dict.fromkeys(ROLES, 401), "other_agent": 403}, {"host": "hgx-01-h01"}),
     Row("api:api-root", "get", "/api/v1/", api_rule()),
+    # Tokens: each user lists and revokes their own; alice's token is the subject.
+    Row("api:token-list", "get", "/api/v1/auth/tokens/", api_rule()),
+    Row("api:token-detail", "get", "/api/v1/auth/tokens/{token}/", api_rule({"member": 200}, 404)),
+    Row("api:token-detail", "delete", "/api/v1/auth/tokens/{token}/", api_rule({"member": 200}, 404)),
+    Row("api:token-logout", "post", "/api/v1/auth/tokens/logout/", api_rule()),
     # The schema and its docs describe the API, no data: public, as is usual.
     Row("schema", "get", "/api/schema/", dict.fromkeys(ROLES, 200)),
     Row("swagger-ui", "get", "/api/docs/", dict.fromkeys(ROLES, 200)),
@@ -95,19 +102,20 @@ ROWS = [
         {"cluster": "gb200-east", "shares": {"olmo": "50", "tulu": "35", "safety": "15"}, "reason": "rebalance"}),
     Row("api:budgetrequest-list", "get", "/api/v1/budget-requests/", api_rule()),
     Row("api:budgetrequest-detail", "get", "/api/v1/budget-requests/{request}/",
-        api_rule({"member": 200, "parent_manager": 200}, 404)),
+        api_rule(SEES_REQUEST, 404)),
     Row("api:budgetrequest-approve", "post", "/api/v1/budget-requests/{request}/approve/",
-        api_rule({"parent_manager": 200, "member": 403}, 404), {"comment": "55 fits, not 60", "share": "55"}),
+        api_rule({"parent_manager": 200, "member": 403, "admin": 403}, 404),
+        {"comment": "55 fits, not 60", "share": "55"}),
     Row("api:budgetrequest-deny", "post", "/api/v1/budget-requests/{request}/deny/",
-        api_rule({"parent_manager": 200, "member": 403}, 404), {"comment": "not now"}),
+        api_rule({"parent_manager": 200, "member": 403, "admin": 403}, 404), {"comment": "not now"}),
     Row("api:budgetrequest-escalate", "post", "/api/v1/budget-requests/{request}/escalate/",
-        api_rule({"parent_manager": 201, "member": 403}, 404), {"comment": "up"}),
+        api_rule({"parent_manager": 201, "member": 403, "admin": 403}, 404), {"comment": "up"}),
     Row("api:budgetrequest-cancel", "post", "/api/v1/budget-requests/{request}/cancel/",
-        api_rule({"member": 200, "parent_manager": 403}, 404)),
+        api_rule({"member": 200, "parent_manager": 403, "admin": 403}, 404)),
     Row("api:budgetrequest-what-if", "get", "/api/v1/budget-requests/{request}/what-if/",
-        api_rule({"member": 200, "parent_manager": 200}, 404)),
+        api_rule(SEES_REQUEST, 404)),
     Row("api:budgetrequest-what-if", "post", "/api/v1/budget-requests/{request}/what-if/",
-        api_rule({"member": 201, "parent_manager": 201}, 404), {"force": True}),
+        api_rule({"member": 201, "parent_manager": 201, "admin": 201}, 404), {"force": True}),
     # -- API: jobs
     Row("api:job-list", "get", "/api/v1/jobs/", api_rule()),
     Row("api:job-detail", "get", "/api/v1/jobs/{job}/", api_rule()),
@@ -116,6 +124,15 @@ ROWS = [
     Row("login", "get", "/login/", dict.fromkeys(ROLES, 200), api=False),
     Row("logout", "post", "/logout/", form_rule(default=302), api=False),
     Row("metrics", "get", "/metrics", dict.fromkeys(ROLES, 200), api=False),
+    Row("account", "get", "/account/", page_rule(), api=False),
+    Row("token-revoke", "post", "/account/tokens/{token}/revoke/", form_rule({"member": 302}, 404), api=False),
+    Row("password_change", "get", "/account/password/", page_rule(), api=False),
+    # Resetting a forgotten password is for people who cannot log in: public pages.
+    Row("password_reset", "get", "/account/password/reset/", dict.fromkeys(ROLES, 200), api=False),
+    Row("password_reset_done", "get", "/account/password/reset/sent/", dict.fromkeys(ROLES, 200), api=False),
+    Row("password_reset_confirm", "get", "/account/password/reset/MQ/set-password/", dict.fromkeys(ROLES, 200),
+        api=False),
+    Row("password_reset_complete", "get", "/account/password/reset/done/", dict.fromkeys(ROLES, 200), api=False),
     Row("home", "get", "/", page_rule(), api=False),
     Row("cluster-list", "get", "/clusters/", page_rule(), api=False),
     Row("cluster-detail", "get", "/clusters/gb200-east/", page_rule(), api=False),
@@ -140,20 +157,20 @@ ROWS = [
     Row("budget-request-list", "get", "/budgets/requests/", page_rule(), api=False),
     Row("budget-request-new", "get", "/budgets/requests/new/", page_rule(), api=False),
     Row("budget-request-detail", "get", "/budgets/requests/{request}/",
-        page_rule({"member": 200, "parent_manager": 200}, 404), api=False),
+        page_rule(SEES_REQUEST, 404), api=False),
     Row("budget-request-approve", "post", "/budgets/requests/{request}/approve/",
-        form_rule({"parent_manager": 302}, 404) | {"member": 403}, {"share": "55", "comment": "55 fits, not 60"},
-        api=False),
+        form_rule({"parent_manager": 302}, 404) | {"member": 403, "admin": 403},
+        {"share": "55", "comment": "55 fits, not 60"}, api=False),
     Row("budget-request-deny", "post", "/budgets/requests/{request}/deny/",
-        form_rule({"parent_manager": 302}, 404) | {"member": 403}, {"comment": "no"}, api=False),
+        form_rule({"parent_manager": 302}, 404) | {"member": 403, "admin": 403}, {"comment": "no"}, api=False),
     Row("budget-request-escalate", "post", "/budgets/requests/{request}/escalate/",
-        form_rule({"parent_manager": 302}, 404) | {"member": 403}, {"comment": "up"}, api=False),
+        form_rule({"parent_manager": 302}, 404) | {"member": 403, "admin": 403}, {"comment": "up"}, api=False),
     Row("budget-request-cancel", "post", "/budgets/requests/{request}/cancel/",
-        form_rule({"member": 302}, 404) | {"parent_manager": 403}, api=False),
+        form_rule({"member": 302}, 404) | {"parent_manager": 403, "admin": 403}, api=False),
     Row("budget-request-what-if", "get", "/budgets/requests/{request}/what-if/",
-        page_rule({"member": 200, "parent_manager": 200}, 404), api=False),
+        page_rule(SEES_REQUEST, 404), api=False),
     Row("budget-request-what-if", "post", "/budgets/requests/{request}/what-if/",
-        form_rule({"member": 302, "parent_manager": 302}, 404), {"force": "1"}, api=False),
+        form_rule({"member": 302, "parent_manager": 302, "admin": 302}, 404), {"force": "1"}, api=False),
 ]
 
 
@@ -170,7 +187,8 @@ def subjects(demo):
     # A what-if already run for it (the GET routes show it; the POST routes run another).
     WhatIf.objects.create(budget_request=request, requested_by=alice, share_percent=60, status="done",
                           snapshot_hour=request.created_at, state_key="earlier")
-    return {"job": job.pk, "request": request.pk}
+    token, _ = token_create(user=alice, name="alice's laptop")
+    return {"job": job.pk, "request": request.pk, "token": token.pk}
 
 
 def client_for(role: str, *, api: bool):
@@ -183,7 +201,7 @@ def client_for(role: str, *, api: bool):
     if role != "anonymous":
         user = get_user(USERS[role])
         if api:
-            client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+            client.credentials(HTTP_AUTHORIZATION=f"Token {api_key(user)}")
         else:
             client.force_login(user)
     return client
@@ -194,6 +212,8 @@ def call(row: Row, role: str, ids: dict) -> int:
     path = row.path.format(**ids)
     if row.method == "get":
         return client.get(path).status_code
+    if row.method == "delete":
+        return client.delete(path).status_code
     if row.api:
         return client.post(path, row.body, format="json").status_code
     # Pages post forms with the CSRF token a browser would have.
