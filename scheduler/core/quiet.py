@@ -62,8 +62,14 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     for job_id in [s.job_id for s in last.starts] + [p.preemptor for p in last.preemptions if p.preemptor] \
             if last is not None else ():
         job = state.running.get(job_id) or state.pending.get(job_id)
-        if job is not None and job.allocated:
+        if job is None:
+            continue
+        if job.allocated:
             started.add(job.project)
+        elif waiting and fair_share:
+            # An unallocated job the tick started after the allocated ones were decided: any of them may
+            # take its GPUs from the next tick on (rule 4a).
+            return now + AFTER
     draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
     soonest = math.inf
     losers: set[str] = set()
@@ -168,7 +174,7 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
                 return turns
         return segment_end
 
-    for gainer, charge in sorted(state.pending_charges().items()):
+    for gainer, charges in sorted(state.pending_charges().items()):
         for loser in sorted(losers):
             sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[loser])
             if sides is None:
@@ -176,14 +182,11 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
             gainer_side, loser_side = sides
             if gainer_side.entitled <= 0 or loser_side.entitled <= 0:
                 continue
-            # Jobs holding claims are charged at the start of every tick (engine.py, `precharged`).
-            gainer_charge, loser_charge = charge + claimed[gainer_side.name], claimed[loser_side.name]
-            if gainer_side.ratio_with(gainer_charge) < loser_side.ratio_with(loser_charge):
-                if gainer_side.name in charged or loser_side.name in charged:
-                    return now + AFTER  # the tick's charges may have kept it from taking: look again
-                continue  # it may, and the tick just now looked with these ratios
-            soonest = min(soonest, crossing(gainer_side, gainer_charge, loser_side, loser_charge))
+            soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged, now, crossing))
+            if soonest <= now + AFTER:
+                return soonest
     if state.held_back:
+
         # Siblings with waiting allocated work swap places when their ratios cross: another job is first.
         levels = [tree.roots] + [node.children for node in tree.nodes.values() if node.children]
         for siblings in levels:
@@ -192,6 +195,22 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
                 for b in waiting:
                     if a is not b and a.ratio_with(claimed[a.name]) > b.ratio_with(claimed[b.name]):
                         soonest = min(soonest, crossing(a, claimed[a.name], b, claimed[b.name]))
+    return soonest
+
+
+def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float], charged: set[str],
+                now: float, crossing) -> float:
+    """When one of the gainer's waiting jobs (each charging its own amount) first may take from the loser."""
+    soonest = math.inf
+    loser_charge = claimed[loser_side.name]
+    for charge in charges:
+        # Jobs holding claims are charged at the start of every tick (engine.py, `precharged`).
+        gainer_charge = charge + claimed[gainer_side.name]
+        if gainer_side.ratio_with(gainer_charge) < loser_side.ratio_with(loser_charge):
+            if gainer_side.name in charged or loser_side.name in charged:
+                return now + AFTER  # the tick's charges may have kept it from taking: look again
+            continue  # it may, and the tick just now looked with these ratios
+        soonest = min(soonest, crossing(gainer_side, gainer_charge, loser_side, loser_charge))
     return soonest
 
 

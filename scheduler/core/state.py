@@ -127,9 +127,10 @@ class ClusterState:
         if self.window is not None:
             self.window.add(project, allocated, gpus, start, end)
 
-    def pending_charges(self) -> dict[str, float]:
-        """Project -> the least that starting one of its pending allocated jobs would charge it (rule 2)."""
-        return {project: min(charges) for project, charges in self._charges.items()}
+    def pending_charges(self) -> dict[str, list[float]]:
+        """Project -> what starting each of its pending allocated jobs would charge it (rule 2), each amount
+        once, smallest first; jobs holding a claim aside (they are charged already, and preempt no more)."""
+        return {project: sorted(charges) for project, charges in self._charges.items()}
 
     # ------------------------------------------------------------ what a tick reads
 
@@ -258,7 +259,7 @@ class ClusterState:
             self.claimants[job.id] = job
         if job.mig_profile:
             self._mig_demand[(job.mig_profile, job.gpu_types)] += 1
-        if allocated and job.gpus:
+        if allocated and job.gpus and not job.earmarked_gpus:
             self._charges.setdefault(job.project, Counter())[gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime] += 1
         self._count_project(job.project, 1)
 
@@ -279,7 +280,7 @@ class ClusterState:
             self._mig_demand[key] -= 1
             if self._mig_demand[key] <= 0:
                 del self._mig_demand[key]
-        if allocated and job.gpus:
+        if allocated and job.gpus and not job.earmarked_gpus:
             charges = self._charges[job.project]
             charge = gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
             charges[charge] -= 1

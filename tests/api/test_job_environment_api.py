@@ -26,7 +26,7 @@ def test_workdir_and_env_are_kept_and_shown_to_the_owner_only(demo, api):
 
 @pytest.mark.parametrize("changes, field, message", [
     ({"workdir": "data/run"}, "workdir", "must be an absolute path (from /); got 'data/run'"),
-    ({"workdir": "/data/\nrun"}, "workdir", "must not contain control characters"),
+    ({"workdir": "/data/\nrun"}, "workdir", "holds a newline (a one-line field)"),
     ({"workdir": "/" + "d" * 5000}, "workdir", "no more than 4096 characters"),
     ({"env": {"1BAD": "x"}}, "env", "'1BAD' is not a variable name"),
     ({"env": {"BAD-NAME": "x"}}, "env", "'BAD-NAME' is not a variable name"),
