@@ -5,7 +5,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Priority, Topology
-from scheduler.core.model import protection
 
 
 class JobQuerySet(models.QuerySet):
@@ -52,6 +51,8 @@ class Job(models.Model):
     submitted_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True, help_text="First start.")
     run_started_at = models.DateTimeField(null=True, blank=True, help_text="Start of the current run.")
+    run_protected_until = models.DateTimeField(
+        null=True, blank=True, help_text="End of the current run's protection (set by the scheduler at its start).")
     ended_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     preemptions = models.PositiveIntegerField(default=0)
@@ -122,13 +123,13 @@ class Job(models.Model):
 
     @property
     def protected_until(self):
-        """When this run's protection ends: the minimum runtime, doubled per earlier preemption up to the
-        cluster's cap (`scheduler.core.model.protection`, the rule the scheduler applies)."""
+        """When this run's protection ends, as the scheduler decided it at the run's start: the minimum
+        runtime, doubled per earlier preemption up to the cluster's cap (`scheduler.core.model.protection`)."""
         if self.run_started_at is None:
             return None
-        earlier = self.preemptions - (1 if self.stop_cause and self.preemptions else 0)
-        seconds = protection(self.min_runtime, earlier, self.cluster.scheduling_policy())
-        return self.run_started_at + timezone.timedelta(seconds=seconds)
+        if self.run_protected_until is not None:
+            return self.run_protected_until
+        return self.run_started_at + timezone.timedelta(seconds=self.min_runtime)  # a run started before 0009
 
     @property
     def gpu_types(self) -> list[str]:

@@ -369,7 +369,8 @@ def job_end_run(*, job: Job, outcome: str, at: datetime, actor: str, cause: str 
         updates["failure_reason"] = reason[:500]
     if state == JobState.PENDING:
         updates.update(
-            restarts=F("restarts") + 1, run_started_at=None, pending_reason="requeued; waiting for the next tick"
+            restarts=F("restarts") + 1, run_started_at=None, run_protected_until=None,
+            pending_reason="requeued; waiting for the next tick",
         )
     else:
         updates.update(ended_at=at)

@@ -144,7 +144,7 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
     state = JobState.RUNNING if cluster.executor == Executor.SIMULATED else JobState.STARTING
     claimed = Job.objects.filter(pk=job_pk, state=JobState.PENDING).update(
         state=state, run_started_at=now, queue_position=None, pending_reason="", estimated_start=None,
-        earmarked_gpus=[],
+        earmarked_gpus=[], run_protected_until=now + timedelta(seconds=start.protection),
     )
     if not claimed:
         return False

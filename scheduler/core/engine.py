@@ -50,6 +50,7 @@ from .model import (
     Snapshot,
     Start,
     protected_until,
+    protection,
 )
 from .placement import (
     NEW_INSTANCE,
@@ -403,7 +404,8 @@ class Cycle:
         gpu_ids = self.capacity.take(job.id, req.gpus, placement.parts, cpus=job.cpus, memory_gib=job.memory_gib,
                                      milli=req.milli, shared_gpu=placement.shared_gpu)
         host = placement.parts[0][0].name if job.gpus == 0 else ""
-        start = Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host)
+        start = Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host,
+                      protection=protection(job.min_runtime, job.preemptions, self.policy))
         self.starts.append(start)
         claim = self.claims.pop(job.id, None)
         if claim:
@@ -434,7 +436,8 @@ class Cycle:
             first = self.mig_layouts.get(gpu)
             note = change if first is None else f"{first.reason}; {change}"
             self.mig_layouts[gpu] = MigLayout(gpu, choice.layout, note)
-        decided = Start(job.id, (gpu,), job.gpu_milli, reason, mig_profile=profile, mig_start=start)
+        decided = Start(job.id, (gpu,), job.gpu_milli, reason, mig_profile=profile, mig_start=start,
+                        protection=protection(job.min_runtime, job.preemptions, self.policy))
         self.starts.append(decided)
         self._started(job, placement, running_from(job, decided, self.now))
 

@@ -248,6 +248,8 @@ class Start:
     # A MIG job: the instance it starts on (profile, start slot) on its one GPU.
     mig_profile: str = ""
     mig_start: int | None = None
+    # Seconds this run can't be preempted for fairness (`protection`): what the live tick stores with the run.
+    protection: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from contextlib import redirect_stdout
 
 import pytest
 from django.core.management import call_command
-from rest_framework.authtoken.models import Token
 
+from accounts.services import token_create
 from client import cli
 from scheduler.models import Job, JobProcess
 from tests.agent.conftest import HOST
@@ -29,8 +29,8 @@ def ended(lab, job, state="failed") -> Job:
 
 
 def shown_by_cli(lab, job, username, monkeypatch) -> str:
-    token, _ = Token.objects.get_or_create(user=get_user(username))
-    monkeypatch.setenv("ALLOT_TOKEN", token.key)
+    _, key = token_create(user=get_user(username), name="test")
+    monkeypatch.setenv("ALLOT_TOKEN", key)
     monkeypatch.setenv("ALLOT_SERVER", lab.server)
     out = io.StringIO()
     with redirect_stdout(out):
