@@ -56,6 +56,7 @@ class Job(models.Model):
     ended_at = models.DateTimeField(null=True, blank=True)
     last_checkpoint_at = models.DateTimeField(null=True, blank=True)
     preemptions = models.PositiveIntegerField(default=0)
+    requeued_at = models.DateTimeField(null=True, blank=True, help_text="When a preemption last requeued it.")
     restarts = models.PositiveIntegerField(default=0)
     exit_code = models.IntegerField(null=True, blank=True)
     # Why a failed job failed, in words (`no such user on node-01-h01: asmith`, `rank 0 exited with 3`).

@@ -372,6 +372,8 @@ def job_end_run(*, job: Job, outcome: str, at: datetime, actor: str, cause: str 
             restarts=F("restarts") + 1, run_started_at=None, run_protected_until=None,
             pending_reason="requeued; waiting for the next tick",
         )
+        if stop:
+            updates["requeued_at"] = at  # an unallocated job backs off from here (`core.model.backoff`)
     else:
         updates.update(ended_at=at)
     Job.objects.filter(pk=job.pk).update(**updates)

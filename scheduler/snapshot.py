@@ -144,7 +144,7 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
     pending_fields = {}
     earmarks = {}
     for row in Job.objects.filter(cluster=cluster, state=JobState.PENDING).values(
-        *job_fields, "queue_position", "pending_reason", "estimated_start", "earmarked_gpus"
+        *job_fields, "queue_position", "pending_reason", "estimated_start", "earmarked_gpus", "requeued_at"
     ).order_by("pk"):
         pending_fields[row["pk"]] = (row["queue_position"], row["pending_reason"], row["estimated_start"])
         claim = tuple(gpu for gpu in row["earmarked_gpus"] or () if isinstance(gpu, str))
@@ -158,7 +158,7 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
             max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
             memory_gib=row["memory_gib"], earmarked_gpus=earmarks.get(row["pk"], ()),
             mig_profile=row["mig_profile"] if row["gpus"] == 1 else "",
-            preemptions=row["preemptions"],
+            preemptions=row["preemptions"], requeued_at=seconds(row["requeued_at"]),
         ))
 
     migrations = tuple(

@@ -49,6 +49,7 @@ from .model import (
     RunningJob,
     Snapshot,
     Start,
+    backed_off_until,
     protected_until,
     protection,
 )
@@ -160,6 +161,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
 NEVER = "never"  # no healthy capacity could ever hold it
 NO_ROOM = "no_room"  # nothing fits now, nothing it may preempt
 RESERVED = "reserved"
+BACKING_OFF = "backing_off"  # an unallocated job preempted lately: may not start again yet (`backoff`)
 ENTITLED = "entitled"  # every domain that could hold it is kept by less-served units
 PREEMPTING_FOR = "preempting"
 VICTIMS_LEAVING = "victims_leaving"
@@ -283,14 +285,15 @@ class Cycle:
                 if self.policy.explain:
                     for job in walk.rest():
                         self.order.append(job)
-                        self._wait_without_search(job)
+                        if not self._backing_off(job):
+                            self._wait_without_search(job)
                 return
             while True:
                 job = walk.next()
                 if job is None:
                     return
                 self.order.append(job)
-                if not known_to_wait(job):
+                if not self._backing_off(job) and not known_to_wait(job):
                     break
             if self._never_fits(job):
                 continue
@@ -300,6 +303,14 @@ class Cycle:
                 continue
             self._start(job, placement)
             walk.charge(gpu_amount(job.gpus, job.gpu_milli) * UNALLOCATED_CHARGE_SECONDS)
+
+    def _backing_off(self, job: PendingJob) -> bool:
+        """Is this unallocated job still backing off from its last preemption? Records until when."""
+        until = backed_off_until(job, self.policy)
+        if until <= self.now:
+            return False
+        self.waits[job.id] = Wait(BACKING_OFF, f"{job.preemptions}", until)
+        return True
 
     # ------------------------------------------------------------ one allocated job
 
@@ -777,6 +788,11 @@ class Cycle:
         if wait.kind == VICTIMS_LEAVING:
             return (f"waiting for the jobs it preempted ({wait.detail}) to leave, "
                     f"{reasons.format_time(wait.ready_at, now)}")
+        if wait.kind == BACKING_OFF:
+            times = "once" if wait.detail == "1" else f"{wait.detail} times"
+            return (f"runs unallocated, preemptible; preempted {times}, it backs off: may start again "
+                    f"{reasons.format_time(wait.ready_at, now)} (the wait doubles with each preemption, "
+                    f"up to {reasons.format_duration(self.policy.max_unallocated_backoff)})")
         text = self._need_and_free(job)
         if wait.kind == DEFRAGMENTING:
             return (f"{text}; jobs are being moved out of {wait.detail} for it; "

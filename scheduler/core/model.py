@@ -9,6 +9,7 @@ passed in, never read.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from .mig import profile_milli
@@ -57,6 +58,11 @@ class Policy:
     # the simulator, which reads none of them, turns them off (`Decisions.pending` is then empty). The
     # decisions themselves (starts, preemptions, reservations, host changes) are the same either way.
     explain: bool = True
+    # The bound on churn for unallocated jobs (which have no protection): after its n-th preemption a job
+    # waits `unallocated_backoff` × 2^(n-1) seconds, at most `max_unallocated_backoff`, before it may start
+    # again (`backed_off_until`).
+    unallocated_backoff: float = 300
+    max_unallocated_backoff: float = 3600
 
 
 @dataclass(frozen=True)
@@ -153,6 +159,8 @@ class PendingJob:
     mig_profile: str = ""
     # Times it was preempted (requeued) so far: its next run is protected longer (`protection`).
     preemptions: int = 0
+    # When it was last requeued by a preemption (None: never): an unallocated job backs off from then.
+    requeued_at: float | None = None
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -217,6 +225,28 @@ def protection(min_runtime: float, preemptions: int, policy: Policy) -> float:
         return 0.0
     grown = min_runtime * (1 << min(preemptions, 32))
     return max(min_runtime, min(grown, policy.max_min_runtime))
+
+
+def backoff(preemptions: int, policy: Policy) -> float:
+    """How long an unallocated job waits after its `preemptions`-th preemption before it may start again.
+
+    Unallocated jobs have no protection (minimum runtime 0): without this, one
+    evicted for an allocated job restarts on the next GPUs that come free and
+    is evicted again the moment allocated work wants them. Doubling the wait
+    per preemption bounds how often one job can be preempted: at most once
+    per `unallocated_backoff` at first, and once per `max_unallocated_backoff`
+    after a few.
+    """
+    if preemptions <= 0:
+        return 0.0
+    return min(policy.unallocated_backoff * (1 << min(preemptions - 1, 32)), policy.max_unallocated_backoff)
+
+
+def backed_off_until(job: PendingJob, policy: Policy) -> float:
+    """Until when a pending unallocated job may not start (-inf: it may now)."""
+    if job.min_runtime > 0 or job.requeued_at is None or job.preemptions <= 0:
+        return -math.inf
+    return job.requeued_at + backoff(job.preemptions, policy)
 
 
 def protected_until(job: RunningJob, policy: Policy) -> float:

@@ -14,6 +14,7 @@ What can change a decision with time alone, each at a moment known now:
 - a job preempted for a claim has not left a heartbeat timeout after its
   grace period (the claim then breaks, `earmarks.py`);
 - the hourly cap on defragmentation lets another move through;
+- an unallocated job's back-off after a preemption ends (`model.backoff`);
 - a unit with allocated work waiting becomes less served, after charging its
   job, than a unit holding jobs past their protection (rule 4b). Usage moves
   linearly between moments also known now: a running job adds its GPUs until
@@ -41,7 +42,7 @@ from __future__ import annotations
 import math
 
 from .fairshare import UnitTree, gpu_amount, sides_at_common_ancestor
-from .model import DRAINING, RUNNING, Decisions, Policy, protected_until
+from .model import DRAINING, RUNNING, Decisions, Policy, backed_off_until, protected_until
 from .state import ClusterState
 
 # A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
@@ -93,6 +94,11 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
                 soonest = min(soonest, ends)
         else:
             losers.add(job.project)
+    for jobs in state.queues[False].values():
+        for job in jobs:
+            until = backed_off_until(job, policy)
+            if until > now:
+                soonest = min(soonest, until)
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:

@@ -103,7 +103,7 @@ class Run:
     __slots__ = ("job", "index", "state", "done", "pending", "running", "start", "gpu_ids", "milli", "host",
                  "version", "first_start", "end", "preemptions", "requeue", "preempted_for", "grace_ends",
                  "klass", "amount", "head", "tenure", "planned_end", "lost", "earmarks", "next_checkpoint",
-                 "stop_cause")
+                 "stop_cause", "requeued_at")
 
     def __init__(self, job: SimJob, index: int):
         self.job = job
@@ -135,6 +135,7 @@ class Run:
         self.earmarks: set[str] = set()
         self.next_checkpoint: float | None = None
         self.stop_cause = ""
+        self.requeued_at: float | None = None
 
 
 @dataclass
@@ -414,7 +415,7 @@ class Simulation:
             job.id, job.project, job.gpus, job.min_runtime, job.resumable, job.submit, job.seq, user=job.user,
             gpus_per_host=job.gpus_per_host, gpu_milli=job.gpu_milli, gpu_types=job.gpu_types,
             topology=job.topology, max_runtime=job.max_runtime, priority=job.priority, cpus=job.cpus,
-            memory_gib=job.memory_gib, preemptions=run.preemptions,
+            memory_gib=job.memory_gib, preemptions=run.preemptions, requeued_at=run.requeued_at,
         )
 
     def _submit(self, run: Run, when: float) -> None:
@@ -525,6 +526,8 @@ class Simulation:
             self._log(when, job.id, "finish")
         elif outcome == PENDING:
             run.state = PENDING
+            if stop_cause:
+                run.requeued_at = when
             run.pending = self._pending_job(run)
             self.state.submit(run.pending)
             lost = f"lost {elapsed - kept:g} s of work" if kept < elapsed else "lost no work"

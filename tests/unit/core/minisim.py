@@ -78,7 +78,7 @@ class MiniCluster:
             self.running[job.id] = RunningJob(
                 job.id, job.project, start.gpu_ids, self.now, job.min_runtime, job.resumable, job.submit_time,
                 job.seq, gpu_milli=start.gpu_milli, topology=job.topology, max_runtime=job.max_runtime,
-                cpus=job.cpus, memory_gib=job.memory_gib)
+                cpus=job.cpus, memory_gib=job.memory_gib, preemptions=job.preemptions)
             self.started_at.setdefault(job.id, []).append(self.now)
         return decisions
 
@@ -104,7 +104,7 @@ class MiniCluster:
             self.pending[job.id] = PendingJob(
                 job.id, job.project, len(job.gpu_ids), job.min_runtime, job.resumable, job.submit_time, job.seq,
                 gpu_milli=job.gpu_milli, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
-                memory_gib=job.memory_gib)
+                memory_gib=job.memory_gib, preemptions=job.preemptions + 1, requeued_at=when)
 
     def usage(self, project: str, *, since: float = 0.0) -> float:
         """Allocated GPU-seconds of a project from `since` to now, running jobs included."""

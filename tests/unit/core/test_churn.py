@@ -1,0 +1,76 @@
+"""What bounds how often one job is preempted: protection that doubles for allocated jobs, a back-off that
+doubles for unallocated ones (which have no protection)."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core import Policy, schedule
+from scheduler.core.model import backoff
+from scheduler.core.quiet import quiet_until
+from scheduler.core.state import ClusterState
+
+from .builders import DAY, HOUR, hgx, pending, snapshot, topology, units
+from .minisim import MiniCluster
+
+POLICY = Policy(tick=5, grace_period=60, unallocated_grace=10, unallocated_backoff=300,
+                max_unallocated_backoff=3600)
+ORG = units(("p", None, 50, 0), ("q", None, 50, 0))
+
+
+def test_the_back_off_doubles_with_each_preemption_up_to_the_cap() -> None:
+    assert [backoff(n, POLICY) for n in range(7)] == [0, 300, 600, 1200, 2400, 3600, 3600]
+
+
+def test_a_preempted_unallocated_job_waits_out_its_back_off_though_gpus_are_free() -> None:
+    job = pending("u", "p", 4, min_runtime=0, preemptions=2, requeued_at=DAY - 100)
+    snap = snapshot(topology(hgx("hgx-00")), ORG, pending_jobs=[job])
+    waiting = schedule(snap, now=DAY, policy=POLICY)
+    assert waiting.starts == ()
+    status = waiting.pending["u"]
+    assert status.estimated_start == DAY - 100 + 600
+    assert "preempted 2 times, it backs off: may start again in 8m20s" in status.reason, status.reason
+    assert [s.job_id for s in schedule(snap, now=DAY + 500, policy=POLICY).starts] == ["u"]
+
+
+def test_an_allocated_job_is_not_held_back_by_its_preemptions() -> None:
+    job = pending("a", "p", 4, min_runtime=HOUR, preemptions=3, requeued_at=DAY - 10)
+    snap = snapshot(topology(hgx("hgx-00")), ORG, pending_jobs=[job])
+    assert [s.job_id for s in schedule(snap, now=DAY, policy=POLICY).starts] == ["a"]
+
+
+def test_the_simulator_is_woken_when_a_back_off_ends() -> None:
+    """A caller that ticks only when something can change (the simulator) learns the moment from the core."""
+    job = pending("u", "p", 4, min_runtime=0, preemptions=1, requeued_at=DAY - 100)
+    state = ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00")), ORG, pending_jobs=[job]))
+    assert quiet_until(state, now=DAY, policy=POLICY) == DAY + 200
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(bursts=st.lists(st.tuples(st.integers(1, 8), st.integers(60, 4 * 3600)), min_size=3, max_size=12),
+       seed=st.integers(0, 3))
+def test_no_unallocated_job_is_preempted_more_often_than_its_back_off_allows(bursts, seed) -> None:
+    """Allocated work arrives in bursts onto a host full of unallocated fillers: between two preemptions of
+    one filler lies at least the back-off its earlier preemptions earned (and its run after the second)."""
+    sim = MiniCluster(topology(hgx("hgx-00")), ORG, POLICY, now=DAY)
+    for i in range(4):
+        sim.submit(pending(f"u{i}", "p", 2, min_runtime=0, submit_time=0, seq=i), duration=30 * DAY)
+    seq = 100
+    for gpus, lasts in bursts:
+        sim.submit(pending(f"a{seq}", "q", gpus, min_runtime=60, submit_time=sim.now, seq=seq), duration=lasts)
+        seq += 1
+        for _ in range(seed + 2):
+            sim.tick()
+            sim.advance(POLICY.tick)
+        sim.advance(lasts)
+        sim.tick()
+    preempted: dict[str, list[float]] = {}
+    for at, decisions in sim.decisions:
+        for preemption in decisions.preemptions:
+            preempted.setdefault(preemption.job_id, []).append(at)
+    for job_id, times in preempted.items():
+        if not job_id.startswith("u"):
+            continue
+        for n, (before, after) in enumerate(zip(times, times[1:], strict=False), start=1):
+            assert after - before >= backoff(n, POLICY), (job_id, times)
