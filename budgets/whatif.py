@@ -28,9 +28,10 @@ needs that minus what it has run; one that has already run longer is assumed
 to need one more such duration. Every count is in the assumptions stored with
 the result, in words too.
 
-To keep a run to seconds, over `MAX_ARRIVALS` arrivals every k-th of each
-project's is replayed, running longer so that the project's GPU-hours stay
-the same, and the simulated scheduler decides every `DECISION_SECONDS`.
+Every arrival of the window and every pending job is replayed, none left
+out: the simulator calls the scheduler only when a decision could change
+(`scheduler.core.quiet`), so a busy week takes seconds; the simulated
+scheduler decides at most every `DECISION_SECONDS`.
 A busy cluster is chaotic (one start a tick earlier can reorder the rest of
 the week), so the side without the change runs once more with the arrivals a
 few minutes later: how far its numbers move is reported as the noise a
@@ -51,14 +52,12 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import math
 import statistics
 import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Sum
@@ -82,20 +81,13 @@ DAY = 86400
 HORIZON = 7 * DAY
 # The arrival pattern replayed: the submissions of this many seconds before now.
 REPLAY_WINDOW = 7 * DAY
-# Over this many arrivals, every k-th of each project's is replayed, running longer so that the project's
-# GPU-hours of the week stay the same: the simulator's cost grows with jobs, and a what-if must take seconds.
-MAX_ARRIVALS = 500
-# Over this many pending jobs, the oldest are kept.
-MAX_QUEUE = 1000
 # When no job of the window has finished: one hour.
 DEFAULT_DURATION = 3600
 # A what-if queued or running for longer than this was lost (a worker died, a broker dropped it).
 STALE_AFTER = timedelta(minutes=15)
-# The simulated scheduler decides at most this often, and rechecks drifting usage ratios (rule 4) this often:
-# a week of a contested cluster then takes seconds instead of tens of seconds, with the same decisions batched
-# (a wait can come out up to a minute longer).
+# The simulated scheduler decides at most this often: the same decisions batched (a wait can come out up to
+# a minute longer).
 DECISION_SECONDS = 60
-RECHECK_SECONDS = 600
 # The control run (noise): the replayed arrivals this much later.
 CONTROL_SHIFT = 300
 WORKER_ACTOR = "system:what-if"
@@ -103,10 +95,6 @@ POLICY = "allot"
 
 # Job id prefixes in the simulation: where each job came from.
 RUNNING, QUEUED, REPLAYED = "running-", "queued-", "replay-"
-
-
-def _setting(name: str, default: int) -> int:
-    return int(getattr(settings, name, default))
 
 
 # ---------------------------------------------------------------- inputs
@@ -120,7 +108,7 @@ class WhatIfInputs:
     without: tuple[CoreUnit, ...]
     with_change: tuple[CoreUnit, ...]
     jobs: tuple[SimJob, ...]
-    # The same week for the control run (noise): arrivals a few minutes later, the other half of any thinning.
+    # The same week for the control run (noise): arrivals a few minutes later.
     control_jobs: tuple[SimJob, ...]
     initial: InitialState
     # (unit name, its role: requesting, sibling or parent), in the order the page shows them.
@@ -133,10 +121,8 @@ class Replay:
     """Last week's submissions as the next week's arrivals."""
 
     jobs: list[SimJob]
-    # The control run's: the other half of the thinning (when thinned), every arrival CONTROL_SHIFT later.
+    # The control run's: every arrival CONTROL_SHIFT later.
     control_jobs: list[SimJob]
-    every: int  # every k-th of each project's is replayed
-    factors: dict[str, float]  # project → how much longer each of its replayed jobs runs
     replayable: int  # submitted and not cancelled before running
     never_ran: int
     submitted: int
@@ -243,35 +229,6 @@ def state_key(budget_request: BudgetRequest, share: Decimal, now: datetime) -> t
     return f"{share:.2f}|{hour:%Y%m%dT%H}|{digest}", hour
 
 
-def _gpu_seconds(arrivals) -> float:
-    return sum(row["gpus"] * row["gpu_milli"] / 1000 * duration for row, duration, _ in arrivals)
-
-
-def thin(replayable: list[tuple[dict, float, str]], cap: int, *, offset: int = 0
-         ) -> tuple[int, list, dict[str, float]]:
-    """Over `cap` arrivals: every k-th of each project's, in submit order, from the `offset`-th, each running longer
-    by the factor that keeps the project's GPU-hours of the week exactly (k = 1: all, factor 1).
-    Returns (k, kept, project → factor).
-    """
-    projects = sorted({row["project__name"] for row, _, _ in replayable})
-    if cap <= 0:
-        return 0, [], dict.fromkeys(projects, 1.0)
-    every = max(1, math.ceil(len(replayable) / cap))
-    if every == 1:
-        return 1, list(replayable), dict.fromkeys(projects, 1.0)
-    by_project: dict[str, list] = {}
-    for item in replayable:
-        by_project.setdefault(item[0]["project__name"], []).append(item)
-    kept, factors = [], {}
-    for project, items in sorted(by_project.items()):
-        chosen = items[min(offset % every, len(items) - 1)::every]
-        demand, kept_demand = _gpu_seconds(items), _gpu_seconds(chosen)
-        factors[project] = demand / kept_demand if kept_demand > 0 else len(items) / len(chosen)
-        kept.extend(chosen)
-    kept.sort(key=lambda item: (item[0]["submitted_at"], item[0]["pk"]))
-    return every, kept, factors
-
-
 def _human(seconds: float) -> str:
     if seconds < 120:
         return f"{seconds:.0f} s"
@@ -286,11 +243,8 @@ def _fmt_share(value: float | None) -> str:
     return f"{value:g} %"
 
 
-def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime,
-                 max_arrivals: int | None = None, max_queue: int | None = None) -> WhatIfInputs:
+def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime) -> WhatIfInputs:
     """Read the live state of the request's cluster at `now` and make both sides of the what-if."""
-    max_arrivals = max_arrivals if max_arrivals is not None else _setting("ALLOT_WHAT_IF_MAX_ARRIVALS", MAX_ARRIVALS)
-    max_queue = max_queue if max_queue is not None else _setting("ALLOT_WHAT_IF_MAX_QUEUE", MAX_QUEUE)
     cluster_row = budget_request.cluster
     subject = budget_request.unit.name
     tick_input = build_snapshot(cluster_row, now=now)
@@ -335,10 +289,8 @@ def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime
     initial_runs, skipped_running = _initial_runs(snapshot, zero=zero, policy=policy, durations=durations,
                                                   sources=sources)
     pending = sorted(snapshot.pending, key=lambda j: (j.submit_time, j.seq))
-    queue_dropped = max(0, len(pending) - max_queue)
-    queued = [_queued(job, zero=zero, durations=durations, sources=sources) for job in pending[:max_queue]]
-    replay = _arrivals(cluster_row, now=now, since=window_start, ran=ran, durations=durations, sources=sources,
-                       cap=max_arrivals)
+    queued = [_queued(job, zero=zero, durations=durations, sources=sources) for job in pending]
+    replay = _arrivals(cluster_row, now=now, since=window_start, ran=ran, durations=durations, sources=sources)
     jobs = queued + replay.jobs
 
     history = usage_history(cluster_row, now=now)
@@ -346,26 +298,17 @@ def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime
 
     # In words, for the page.
     notes.append(f"Starts from the cluster at {timezone.localtime(now):%Y-%m-%d %H:%M %Z}: {len(initial_runs)} "
-                 f"running and {len(pending) - queue_dropped} pending jobs, {healthy_gpus} healthy GPUs, and the "
+                 f"running and {len(pending)} pending jobs, {healthy_gpus} healthy GPUs, and the "
                  f"fair-share usage of the last {policy.window / DAY:g} days.")
     if skipped_running:
         notes.append(f"{skipped_running} running job(s) on GPUs now out of service are left out.")
-    if queue_dropped:
-        notes.append(f"The queue has {len(pending)} jobs: the oldest {max_queue} are simulated.")
     left_out = f" {replay.never_ran} that never ran are left out." if replay.never_ran else ""
     notes.append(f"Arrivals: the {replay.replayable} jobs submitted in the last 7 days (from "
                  f"{timezone.localtime(window_start):%Y-%m-%d %H:%M}) arrive again 7 days later, at the same "
                  f"offsets into the week.{left_out}")
-    if replay.every > 1:
-        low, high = min(replay.factors.values()), max(replay.factors.values())
-        spread = f"{low:.3g} times" if f"{low:.3g}" == f"{high:.3g}" else f"{low:.3g} to {high:.3g} times"
-        notes.append(f"That is more than {max_arrivals}: every {replay.every}th of each project's is replayed "
-                     f"({len(replay.jobs)} jobs), each running {spread} as long, so that each project asks for "
-                     "the same GPU-hours as last week (in fewer, longer jobs).")
     notes.append(f"Chance: the week without the change is played once more with every arrival "
-                 f"{CONTROL_SHIFT // 60} minutes later" + (" and the other half of the replayed arrivals"
-                                                           if replay.every > 1 else "")
-                 + "; how far each number moves then is the noise a difference must exceed (≈ in the table).")
+                 f"{CONTROL_SHIFT // 60} minutes later; how far each number moves then is the noise a difference "
+                 "must exceed (≈ in the table).")
     notes.append(
         "Durations: a finished job runs what it actually ran; one not finished runs its maximum runtime, else "
         "the median of its project's finished jobs, else the cluster's median"
@@ -386,23 +329,20 @@ def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime
         "snapshot_at": now.isoformat(),
         "policy": POLICY,
         "decision_seconds": policy.tick,
-        "recheck_seconds": RECHECK_SECONDS,
         "cluster": cluster_row.name,
         "healthy_gpus": healthy_gpus,
         "total_gpus": total_gpus,
         "running_jobs": len(initial_runs),
         "running_jobs_left_out": skipped_running,
-        "pending_jobs": len(pending) - queue_dropped,
-        "pending_jobs_left_out": queue_dropped,
+        "pending_jobs": len(pending),
+        "pending_jobs_left_out": 0,
         "arrivals": {
             "from": window_start.isoformat(), "to": now.isoformat(), "shifted_by_seconds": REPLAY_WINDOW,
             "submitted": replay.submitted, "never_ran": replay.never_ran, "replayable": replay.replayable,
-            "replayed": len(replay.jobs), "every": replay.every,
-            "duration_factors": {project: round(value, 6) for project, value in replay.factors.items()},
-            "cap": max_arrivals,
+            "replayed": len(replay.jobs),
         },
         "history": {"window_seconds": policy.window, "usage_intervals": len(history)},
-        "control": {"shift_seconds": CONTROL_SHIFT, "thinning_offset": replay.every // 2 if replay.every > 1 else 0},
+        "control": {"shift_seconds": CONTROL_SHIFT},
         "durations": {
             **sources,
             "default_seconds": DEFAULT_DURATION,
@@ -471,9 +411,8 @@ def _queued(job, *, zero: float, durations: Durations, sources: dict) -> SimJob:
     )
 
 
-def _arrivals(cluster, *, now: datetime, since: datetime, ran: dict, durations: Durations, sources: dict,
-              cap: int) -> Replay:
-    """The submissions of [since, now), each arriving `now - since` later, thinned over `cap` (see `thin`)."""
+def _arrivals(cluster, *, now: datetime, since: datetime, ran: dict, durations: Durations, sources: dict) -> Replay:
+    """The submissions of [since, now), each arriving `now - since` later."""
     submitted = list(
         Job.objects.filter(cluster=cluster, submitted_at__gte=since, submitted_at__lt=now)
         .values("pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type",
@@ -494,33 +433,27 @@ def _arrivals(cluster, *, now: datetime, since: datetime, ran: dict, durations: 
         if row["state"] != JobState.PENDING and row["run_started_at"] is not None:
             estimate = max(estimate, (now - row["run_started_at"]).total_seconds())  # it has run that long
         replayable.append((row, estimate, source))
-    every, kept, factors = thin(replayable, cap)
-    jobs = _replayed(kept, factors, since=since)
-    if every > 1:
-        _, other, other_factors = thin(replayable, cap, offset=every // 2)
-        control = _replayed(other, other_factors, since=since, shift=CONTROL_SHIFT)
-    else:
-        control = _replayed(kept, factors, since=since, shift=CONTROL_SHIFT)
-    for _, _, source in kept:
+    jobs = _replayed(replayable, since=since)
+    control = _replayed(replayable, since=since, shift=CONTROL_SHIFT)
+    for _, _, source in replayable:
         sources[source] += 1
-    return Replay(jobs=jobs, control_jobs=control, every=every, factors=factors, replayable=len(replayable),
+    return Replay(jobs=jobs, control_jobs=control, replayable=len(replayable),
                   never_ran=never_ran, submitted=len(submitted))
 
 
-def _replayed(arrivals: list, factors: dict[str, float], *, since: datetime, shift: float = 0.0) -> list[SimJob]:
+def _replayed(arrivals: list, *, since: datetime, shift: float = 0.0) -> list[SimJob]:
     """Arrivals as jobs of the simulated week: submitted `now - since` later (plus `shift`, within the week)."""
     jobs = []
     for row, duration, _ in arrivals:
-        factor = factors[row["project__name"]]
         submit = (row["submitted_at"] - since).total_seconds()
         jobs.append(SimJob(
             id=f"{REPLAYED}{row['pk']}", submit=submit + shift if submit + shift < HORIZON else submit,
             project=row["project__name"], gpus=row["gpus"], min_runtime=row["min_runtime"],
-            resumable=row["resumable"], duration=duration * factor, user=row["user__username"],
+            resumable=row["resumable"], duration=duration, user=row["user__username"],
             gpus_per_host=row["gpus_per_host"], gpu_milli=row["gpu_milli"],
             gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t), topology=row["topology"],
             priority=PRIORITY[row["priority"]], cpus=row["cpus"], memory_gib=row["memory_gib"],
-            max_runtime=row["max_runtime"] * factor if row["max_runtime"] else None, seq=row["pk"],
+            max_runtime=row["max_runtime"] or None, seq=row["pk"],
         ))
     return jobs
 

@@ -102,8 +102,7 @@ def test_it_replays_the_last_weeks_submissions_a_week_later_with_what_they_ran(w
     olmo_waiting = Job.objects.filter(project__name="olmo", state="pending").order_by("pk").first()
     assert jobs[f"{REPLAYED}{olmo_waiting.pk}"].duration == 8 * HOUR
     arrivals = inputs.assumptions["arrivals"]
-    assert (arrivals["submitted"], arrivals["replayed"], arrivals["every"]) == (36, 36, 1)
-    assert set(arrivals["duration_factors"].values()) == {1.0}
+    assert (arrivals["submitted"], arrivals["replayable"], arrivals["replayed"]) == (36, 36, 36)
 
 
 def test_it_starts_from_the_running_jobs_and_the_queue(week, ask):
@@ -160,30 +159,22 @@ def test_the_windows_ended_runs_are_the_usage_history(week, ask):
     assert all(unit.allocated_usage == 0 for unit in inputs.without)  # it slides out as the week goes on
 
 
-def test_over_the_cap_every_kth_arrival_is_replayed_keeping_each_projects_gpu_hours(week, ask):
-    everything = build_inputs(ask(), share=Decimal(80), now=week)
-    inputs = build_inputs(BudgetRequest.objects.get(), share=Decimal(80), now=week, max_arrivals=10)
+def test_every_arrival_and_every_pending_job_is_replayed_however_many(week, ask):
+    """No thinning: a week of 1,200 more submissions, all still waiting, is replayed whole, each as it was."""
+    cluster, olmo, alice = Cluster.objects.get(), Unit.objects.get(name="olmo"), get_user("alice")
+    Job.objects.bulk_create([
+        Job(cluster=cluster, project=olmo, user=alice, gpus=1, min_runtime=600, resumable=True, max_runtime=1800,
+            submitted_at=week - timedelta(days=6, seconds=-n * 300))
+        for n in range(1200)
+    ])
+    inputs = build_inputs(ask(), share=Decimal(80), now=week)
     arrivals = inputs.assumptions["arrivals"]
-    assert (arrivals["replayable"], arrivals["every"], arrivals["replayed"]) == (36, 4, 11)
-
-    def gpu_hours(jobs):
-        totals = {}
-        for job in jobs:
-            if job.id.startswith(REPLAYED):
-                totals[job.project] = totals.get(job.project, 0) + job.gpus * job.duration / HOUR
-        return totals
-
-    assert gpu_hours(inputs.jobs) == pytest.approx(gpu_hours(everything.jobs))
-    # olmo's first arrival (a 3-hour 8-GPU job) now stands for four of its jobs.
-    olmo = min((job for job in inputs.jobs if job.id.startswith(REPLAYED) and job.project == "olmo"),
-               key=lambda job: job.submit)
-    factor = arrivals["duration_factors"]["olmo"]
-    assert factor > 1 and olmo.duration == pytest.approx(3 * HOUR * factor)
-    assert any("every 4th of each project's is replayed" in note for note in inputs.assumptions["notes"])
-    # The control run replays the other half: from the 2nd of every 4, keeping the GPU-hours too.
-    control = {job.id for job in inputs.control_jobs if job.id.startswith(REPLAYED)}
-    assert control and control.isdisjoint(job.id for job in inputs.jobs)
-    assert gpu_hours(inputs.control_jobs) == pytest.approx(gpu_hours(everything.jobs))
+    assert arrivals["replayable"] == arrivals["replayed"] == 1236
+    assert inputs.assumptions["pending_jobs"] == 1209 and inputs.assumptions["pending_jobs_left_out"] == 0
+    assert sum(job.id.startswith(QUEUED) for job in inputs.jobs) == 1209
+    replayed = [job for job in inputs.jobs if job.id.startswith(REPLAYED) and job.gpus == 1]
+    assert len(replayed) == 1200 and {job.duration for job in replayed} == {1800}
+    assert not any("replayed (" in note or "oldest" in note for note in inputs.assumptions["notes"])
 
 
 # ---------------------------------------------------------------- results
