@@ -10,6 +10,7 @@
 6. load: bench/load.py, gunicorn under 2,000 hosts' heartbeats, researchers and submissions.
 7. failover: bench/failover.py, the scheduler leader killed and a standby's take-over time,
    with `manage.py run_scheduler` and again with Celery beat and workers.
+8. what-if: bench/whatif_bench.py, the budget what-if on a heavy week, nothing thinned.
 
 `--quick` shortens each (fewer ticks, instances, rounds; 20 s of load). Every
 section runs even when one before it failed; the exit code is the worst.
@@ -42,6 +43,7 @@ def sections(quick: bool) -> list[tuple[str, str, list[str]]]:
         ("failover", "failover (run_scheduler)", ["bench/failover.py", *(["--rounds", "3"] if quick else [])]),
         ("failover-celery", "failover (Celery)",
          ["bench/failover.py", "--mode", "celery", *(["--rounds", "3"] if quick else [])]),
+        ("what-if", "budget what-if (heavy week)", ["bench/whatif_bench.py", *(["--jobs", "1000"] if quick else [])]),
     ]
 
 
