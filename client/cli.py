@@ -12,6 +12,7 @@ import re
 import shlex
 import shutil
 import sys
+import time
 from datetime import UTC, datetime
 
 from client.api import DEFAULT_SERVER, ApiError, Client, Unreachable, load_config, save_config
@@ -441,24 +442,25 @@ def cmd_usage(args) -> int:
 
     def render(report):
         headers = ["CLUSTER", "UNIT", "USER", "ALLOCATED", "UNALLOCATED", "ENTITLED", "USED/ENTITLED"]
-        rows = []
+        rows = []  # (depth, cells) with numbers as numbers
         for cluster in report["clusters"]:
             for unit in cluster["units"]:
-                rows.append([cluster["cluster"], "  " * unit["depth"] + unit["unit"], "-",
-                             gpu_hours(unit["allocated_gpu_hours"]), gpu_hours(unit["unallocated_gpu_hours"]),
-                             gpu_hours(unit["entitled_gpu_hours"]),
-                             percent(unit["percent_of_entitlement"])])
+                rows.append((unit["depth"], [cluster["cluster"], unit["unit"], "-", unit["allocated_gpu_hours"],
+                                             unit["unallocated_gpu_hours"], unit["entitled_gpu_hours"],
+                                             unit["percent_of_entitlement"]]))
                 if not args.no_users:
-                    for user in unit["users"]:
-                        rows.append([cluster["cluster"], "  " * (unit["depth"] + 1) + unit["unit"], user["user"],
-                                     gpu_hours(user["allocated_gpu_hours"]), gpu_hours(user["unallocated_gpu_hours"]),
-                                     "-", "-"])
+                    rows += [(unit["depth"] + 1, [cluster["cluster"], unit["unit"], user["user"],
+                                                  user["allocated_gpu_hours"], user["unallocated_gpu_hours"], None,
+                                                  None]) for user in unit["users"]]
         if args.csv:
-            write_csv([[cell.strip() if isinstance(cell, str) else cell for cell in row] for row in rows], headers)
+            write_csv([["" if cell is None else cell for cell in cells] for _, cells in rows], headers)
             return
         print(f"GPU-hours from {clock(report['since'])} to {clock(report['until'])} "
               f"({format_duration(report['seconds'])}); allocated ones are charged, unallocated ones are free.")
-        print_table(rows, headers, wide_last=True)
+        print_table([[cluster, "  " * depth + unit, user, gpu_hours(allocated), gpu_hours(unallocated),
+                      "-" if entitled is None else gpu_hours(entitled), percent(share)]
+                     for depth, (cluster, unit, user, allocated, unallocated, entitled, share) in rows],
+                    headers, wide_last=True)
         if not rows:
             print("(no units)")
 
@@ -479,8 +481,6 @@ def new_text(before: str, after: str) -> tuple[str, bool]:
 
 def cmd_logs(args) -> int:
     """A job's output, every rank (or --rank N) of its current run (or --run N); -f follows it until it ends."""
-    import time
-
     client = client_from_config(args)
     params = {"rank": args.rank, "run": args.run}
     printed: dict[tuple[int, int], str] = {}
@@ -514,7 +514,11 @@ def cmd_logs(args) -> int:
         sys.stdout.flush()
         if not args.follow or logs["state"] not in LIVE:
             return 0
-        time.sleep(args.interval)
+        pause(args.interval)
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)
 
 
 def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
