@@ -79,7 +79,32 @@ class UsageForm(forms.Form):
         data["since"], data["until"] = since, min(until, now)
         if data["since"] >= data["until"] and not self.errors:
             self.add_error("since", "must be in the past")
+        # The names, resolved: a name that is not there is refused by name.
+        from budgets.models import Unit
+        from topology.models import Cluster
+
+        data["cluster_obj"] = data["unit_obj"] = None
+        if data.get("cluster"):
+            data["cluster_obj"] = Cluster.objects.filter(name=data["cluster"]).first()
+            if data["cluster_obj"] is None:
+                self.add_error("cluster", f"no cluster named {data['cluster']!r}")
+        if data.get("unit"):
+            data["unit_obj"] = Unit.objects.filter(name=data["unit"]).first()
+            if data["unit_obj"] is None:
+                self.add_error("unit", f"no unit named {data['unit']!r}")
         return data
+
+    def report(self) -> dict:
+        """The usage report these cleaned values ask for (the API's body; the page renders it)."""
+        from scheduler.selectors import usage_report
+
+        data = self.cleaned_data
+        return {
+            "since": data["since"].isoformat(), "until": data["until"].isoformat(),
+            "seconds": int((data["until"] - data["since"]).total_seconds()),
+            "clusters": usage_report(since=data["since"], until=data["until"], cluster=data["cluster_obj"],
+                                     unit=data["unit_obj"]),
+        }
 
 
 def form_errors(form: forms.Form) -> dict[str, list[str]]:

@@ -19,12 +19,13 @@ from scheduler.api.serializers import (
     JobSerializer,
     JobSubmitSerializer,
     checked_entries,
+    job_request,
 )
 from scheduler.choices import JobState
 from scheduler.forms import STATES, TIME_HELP, HistoryForm, UsageForm, form_errors
 from scheduler.models import Job, JobEvent
-from scheduler.selectors import UnknownName, job_history, live_gpu_ids, usage_report
-from scheduler.services import JobError, JobRequest, SubmitRefused, can_cancel, job_cancel, job_submit
+from scheduler.selectors import UnknownName, job_history, live_gpu_ids
+from scheduler.services import JobError, SubmitRefused, can_cancel, job_cancel, job_submit
 from topology.choices import Executor
 
 
@@ -116,10 +117,8 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
     def create(self, request, *args, **kwargs):
-        serializer = JobSubmitSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
         try:
-            job = job_submit(user=request.user, request=JobRequest(**serializer.validated_data))
+            job = job_submit(user=request.user, request=job_request(request.data))
         except JobError as error:
             raise ValidationError(error.errors)
         except SubmitRefused as error:
@@ -192,28 +191,10 @@ class UsageView(APIView):
 
 def usage_payload(params) -> dict:
     """The usage report for `params` (UsageForm's fields), or a 400 naming the field."""
-    from topology.models import Cluster
-
     form = UsageForm(params)
     if not form.is_valid():
         raise ValidationError(form_errors(form))
-    data = form.cleaned_data
-    cluster = unit = None
-    if data["cluster"]:
-        cluster = Cluster.objects.filter(name=data["cluster"]).first()
-        if cluster is None:
-            raise ValidationError({"cluster": [f"no cluster named {data['cluster']!r}"]})
-    if data["unit"]:
-        from budgets.models import Unit
-
-        unit = Unit.objects.filter(name=data["unit"]).first()
-        if unit is None:
-            raise ValidationError({"unit": [f"no unit named {data['unit']!r}"]})
-    return {
-        "since": data["since"].isoformat(), "until": data["until"].isoformat(),
-        "seconds": int((data["until"] - data["since"]).total_seconds()),
-        "clusters": usage_report(since=data["since"], until=data["until"], cluster=cluster, unit=unit),
-    }
+    return form.report()
 
 
 @extend_schema(tags=["agent"], request=HeartbeatSerializer, responses={200: dict})
