@@ -236,6 +236,9 @@ def cmd_submit(args) -> int:
     job = client_from_config(args).post("jobs/", body)
 
     def render(job):
+        if args.parsable:
+            print(job["id"])
+            return
         kind = "allocated" if job["allocation"] == "allocated" else "unallocated (free, preemptible)"
         print(f"Submitted job {job['id']} to {job['cluster']} for {job['project']}: {gpus_label(job)}, {kind}.")
         print(f"Follow it with `allot queue --mine`, `allot show {job['id']}` or `allot logs {job['id']} -f`.")
@@ -580,6 +583,8 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--export", default="NONE", metavar="NAME,NAME|ALL|NONE",
                         help="variables of this shell the job gets, as sbatch --export (default NONE: only what the "
                              "agent sets and --env)")
+    submit.add_argument("--parsable", action="store_true", help="print only the job id, as sbatch --parsable: "
+                        "JOB=$(allot submit --parsable ...)")
     submit.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command to run")
     submit.set_defaults(handler=cmd_submit)
 
