@@ -111,7 +111,7 @@ def job_cancel_view(request, pk):
 # ---------------------------------------------------------------- history, usage, submit
 
 
-HISTORY_ROWS = 500
+HISTORY_ROWS = 200  # a page of the Jobs page; the CSV has the whole selection
 CSV_COLUMNS = ["id", "name", "cluster", "project", "user", "state", "gpus", "gpu_milli", "mig_profile", "min_runtime",
                "max_runtime", "resumable", "submitted_at", "started_at", "ended_at", "elapsed_seconds", "exit_code",
                "preemptions", "restarts", "reason"]
@@ -144,6 +144,8 @@ def job_history_view(request):
     params = request.GET.copy()
     params.pop("id", None)
     params.pop("format", None)
+    asked_page = params.pop("page", ["1"])[-1]
+    page = int(asked_page) if asked_page.isdigit() and 0 < int(asked_page) < 100000 else 1
     if not any(value for value in params.values()):
         params.update({"mine": "on", "since": (timezone.localdate() - timedelta(days=7)).isoformat()})
     form = HistoryForm(params)
@@ -165,10 +167,15 @@ def job_history_view(request):
                      job.failure_reason or job.stop_cause or job.pending_reason]
                     for job in selection.iterator(chunk_size=1000)))
             total = selection.count()
-            jobs = [(job, _elapsed(job)) for job in selection[:HISTORY_ROWS]]
+            first = (page - 1) * HISTORY_ROWS
+            jobs = [(job, _elapsed(job)) for job in selection[first:first + HISTORY_ROWS]]
     query = params.urlencode()
+    first = (page - 1) * HISTORY_ROWS
     return render(request, "scheduler/history.html", {
-        "form": form, "jobs": jobs, "total": total, "shown": len(jobs), "query": query,
+        "form": form, "jobs": jobs, "total": total, "query": query, "page": page,
+        "first": first + 1, "last": first + len(jobs),
+        "previous_page": page - 1 if page > 1 else None,
+        "next_page": page + 1 if first + len(jobs) < total else None,
         "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
         "zone": timezone.get_current_timezone_name(),
     })

@@ -225,3 +225,17 @@ def test_the_history_endpoint_does_not_need_a_query_per_job(api, demo, django_as
         body = client.get("/api/v1/jobs/", {"mine": "1", "state": "completed", "unit": "nlp"}).json()
     assert body["count"] == 30
     assert json.dumps(body)  # serialisable as is
+
+
+def test_the_usage_report_costs_a_fixed_number_of_queries(api, demo, django_assert_max_num_queries):
+    client = api.as_user(get_user("pat"))
+    for hours in range(1, 6):
+        ended(make_job(project="olmo", user="alice", gpus=8, on_hosts=["hgx-01-h01"]), hours_ago=hours * 3, lasted=1)
+        ended(make_job(project="pixmo", user="dan", gpus=8, on_hosts=["hgx-02-h01"]), hours_ago=hours * 3, lasted=1)
+    client.get("/api/v1/usage/")
+    with django_assert_max_num_queries(14) as queries:
+        body = client.get("/api/v1/usage/").json()
+    units = {row["unit"]: row for row in body["clusters"][0]["units"]}
+    assert units["olmo"]["allocated_gpu_hours"] == pytest.approx(40)
+    assert units["multimodal"]["users"] == [{"user": "dan", "allocated_gpu_hours": 40.0, "unallocated_gpu_hours": 0.0}]
+    print(f"usage report: {len(queries)} queries")

@@ -166,3 +166,16 @@ def test_the_job_page_shows_every_rank_of_any_run(client, demo):
     assert "run 1 rank 0 says hello" in body and "run 1 rank 1 says hello" in body and "run 0" not in body
     body = client.get(f"/jobs/{job.pk}/", {"run": "0"}).content.decode()
     assert "run 0 rank 0 says hello" in body and "run 0 rank 1 says hello" in body
+
+
+def test_the_jobs_page_pages_through_a_long_history(client, demo):
+    for _ in range(205):
+        make_job(user="alice", project="olmo", state="completed")
+    client = as_user(client, "alice")
+    first = client.get("/jobs/", {"mine": "on"})
+    newest = max(job.pk for job in Job.objects.all())
+    assert len(first.context["jobs"]) == 200 and first.context["jobs"][0][0].pk == newest
+    assert "1–200 shown" in first.content.decode() and "page=2" in first.content.decode()
+    second = client.get("/jobs/", {"mine": "on", "page": "2"})
+    assert [job.pk for job, _ in second.context["jobs"]] == sorted(Job.objects.values_list("pk", flat=True))[:5][::-1]
+    assert client.get("/jobs/", {"mine": "on", "page": "x"}).context["page"] == 1
