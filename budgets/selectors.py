@@ -344,6 +344,31 @@ def usage_vs_entitlement(unit: Unit, cluster, *, now: datetime, healthy_gpus: in
     }
 
 
+def entitled_gpu_seconds(cluster, *, start: datetime, end: datetime, healthy_gpus: int) -> dict[int, float]:
+    """Unit id → GPU-seconds it was entitled to over [start, end): its fraction of the cluster (its share times
+    every ancestor's, as each stood at every moment, as on the unit page's plot) times `healthy_gpus`. Two
+    queries."""
+    rows = list(
+        Allocation.objects.filter(cluster=cluster, valid_from__lt=end)
+        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start)).order_by("valid_from")
+    )
+    timelines: dict[int, list[Period]] = defaultdict(list)
+    for row in rows:
+        timelines[row.unit_id].append(period_of(row))
+    moments = sorted({start, end, *(m for row in rows for m in (row.valid_from, row.valid_to)
+                                    if m is not None and start < m < end)})
+    entitled: dict[int, float] = defaultdict(float)
+    units = walk_units()
+    for begin, finish in zip(moments, moments[1:], strict=False):
+        seconds = (finish - begin).total_seconds()
+        fractions: dict[int | None, float] = {None: 1.0}
+        for unit, _ in units:
+            found = share_at(timelines.get(unit.pk, []), begin)
+            fractions[unit.pk] = fractions.get(unit.parent_id, 0.0) * float(found.share) / 100 if found else 0.0
+            entitled[unit.pk] += fractions[unit.pk] * healthy_gpus * seconds
+    return dict(entitled)
+
+
 def unit_history(unit: Unit, cluster=None, *, limit: int = 200) -> list[AllocationChange]:
     changes = AllocationChange.objects.filter(unit=unit).select_related("cluster", "budget_request")
     if cluster is not None:

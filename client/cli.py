@@ -8,17 +8,26 @@ import argparse
 import getpass
 import json
 import os
+import re
 import shlex
+import shutil
 import sys
+import time
 from datetime import UTC, datetime
 
 from client.api import DEFAULT_SERVER, ApiError, Client, Unreachable, load_config, save_config
 from client.execution import RESERVED_NAMES, RESERVED_PREFIXES
 from client.text import terminal_safe
-from scheduler.core.durations import format_duration, parse_duration
+from scheduler.core.durations import format_duration, parse_cli_duration
+from scheduler.hostlist import compress
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
+EXIT_PIPE = 141  # as a shell reports a command killed by SIGPIPE (`allot queue | head -1`)
 LIVE = ("pending", "starting", "running", "preempting")
+STATES = (*LIVE, "completed", "failed", "cancelled", "preempted")
+# Options whose value may start with "-" (a negative duration gets our message, not "expected one argument").
+DURATION_OPTIONS = ("--min-runtime", "--max-runtime", "--simulated-duration", "--since", "--until")
+REASON_MIN_WIDTH = 24
 
 
 class Fail(Exception):
@@ -27,17 +36,39 @@ class Fail(Exception):
         super().__init__(message)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, speaking with the CLI's one voice: `allot: <what is wrong>` on standard error, exit 2."""
+
+    def error(self, message):
+        message = re.sub(r"^argument (\S+?)(/\S+)?: ", r"\1: ", message)
+        raise Fail(f"{message} (see `{self.prog} --help`)", EXIT_USAGE)
+
+
 def duration(text: str) -> int:
     try:
-        return parse_duration(text)
+        return parse_cli_duration(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def states(text: str) -> str:
+    """`--state running,pending`: each one known, else exit 2 naming the allowed ones."""
+    wanted = [part.strip().lower() for part in text.split(",") if part.strip()]
+    unknown = [state for state in wanted if state not in STATES]
+    if unknown or not wanted:
+        raise argparse.ArgumentTypeError(f"unknown state {', '.join(unknown) or repr(text)}: "
+                                         f"use one or more of {', '.join(STATES)}, comma-separated")
+    return ",".join(wanted)
+
+
+def setting(args, name: str) -> str | None:
+    """A global option: given on the command line (before or after the command), else $ALLOT_<NAME>, else
+    the config file's `name` (`allot login` keeps server, and cluster and project when given)."""
+    return getattr(args, name, None) or os.environ.get(f"ALLOT_{name.upper()}") or load_config().get(name) or None
+
+
 def client_from_config(args) -> Client:
-    config = load_config()
-    server = args.server or os.environ.get("ALLOT_SERVER") or config.get("server")
-    token = os.environ.get("ALLOT_TOKEN") or config.get("token")
+    server, token = setting(args, "server"), setting(args, "token")
     if not token or not server:
         raise Fail("not logged in: run `allot login` first", EXIT_UNREACHABLE)
     return Client(server, token=token)
@@ -53,14 +84,30 @@ def ago(value: str | None, now: datetime) -> str:
 
 
 def clock(value: str | None) -> str:
+    """A time in this machine's zone, labelled: "2026-12-01 14:05 UTC" ($TZ chooses the zone)."""
     moment = parse_time(value)
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M") if moment else "-"
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M %Z") if moment else "-"
 
 
-def print_table(rows: list[list[str]], headers: list[str]) -> None:
-    widths = [max(len(str(cell)) for cell in column) for column in zip(headers, *rows, strict=False)]
+def zone_label() -> str:
+    return datetime.now().astimezone().strftime("%Z")
+
+
+def shorten(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(width - 1, 1)] + "…"
+
+
+def print_table(rows: list[list[str]], headers: list[str], *, wide_last: bool = False) -> None:
+    """Columns as wide as their widest cell; the last one (a reason) cut to fit the terminal ($COLUMNS,
+    else 100) unless `wide_last` (`--long`)."""
+    rows = [[str(cell) for cell in row] for row in rows]
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=False)]
+    if not wide_last and rows:
+        room = shutil.get_terminal_size((100, 24)).columns - sum(widths[:-1]) - 2 * (len(widths) - 1)
+        widths[-1] = min(widths[-1], max(room, REASON_MIN_WIDTH, len(headers[-1])))
+        rows = [[*row[:-1], shorten(row[-1], widths[-1])] for row in rows]
     for row in [headers, *rows]:
-        cells = [str(cell).ljust(width) for cell, width in zip(row, widths, strict=False)]
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         print("  ".join(cells).rstrip())
 
 
@@ -77,15 +124,20 @@ def emit(args, data, render) -> int:
 
 
 def cmd_login(args) -> int:
-    server = args.server or os.environ.get("ALLOT_SERVER") or load_config().get("server") or DEFAULT_SERVER
+    server = setting(args, "server") or DEFAULT_SERVER
     username = args.username or input("Username: ")
     if args.password_stdin:
         password = sys.stdin.readline().rstrip("\n")
     else:
         password = os.environ.get("ALLOT_PASSWORD") or getpass.getpass("Password: ")
     body = Client(server).post("auth/token/", {"username": username, "password": password})
-    path = save_config({"server": server, "username": username, "token": body["token"]})
-    print(f"Logged in to {server} as {username}; token kept in {path} (readable only by you).")
+    config = {key: value for key, value in load_config().items() if key in ("cluster", "project")}
+    # --cluster and --project given to login become this machine's defaults.
+    config.update({key: getattr(args, key) for key in ("cluster", "project") if getattr(args, key, None)})
+    path = save_config({"server": server, "username": username, "token": body["token"], **config})
+    defaults = ", ".join(f"{key} {value}" for key, value in config.items())
+    print(f"Logged in to {server} as {username}; token kept in {path} (readable only by you)."
+          + (f" Defaults: {defaults}." if defaults else ""))
     return 0
 
 
@@ -93,7 +145,7 @@ def cmd_logout(args) -> int:
     """Revoke the token this machine holds, on the server, and forget it here."""
     config = load_config()
     token = config.get("token")
-    server = args.server or os.environ.get("ALLOT_SERVER") or config.get("server")
+    server = setting(args, "server")
     if not token:
         print("Not logged in: no token kept here.")
         return 0
@@ -160,6 +212,11 @@ def job_env(export: str, pairs: list[str]) -> dict[str, str]:
 def cmd_submit(args) -> int:
     if not args.command:
         raise Fail("give the command after --, e.g. allot submit ... -- python train.py", EXIT_USAGE)
+    for name in ("cluster", "project"):
+        setattr(args, name, setting(args, name))
+        if not getattr(args, name):
+            raise Fail(f"--{name} is required (or ALLOT_{name.upper()}, or `allot login --{name} NAME` to keep a "
+                       "default)", EXIT_USAGE)
     if args.gpus is None:
         if not args.mig_profile:
             raise Fail("--gpus is required (a MIG instance, --mig-profile, is one GPU's slice)", EXIT_USAGE)
@@ -179,18 +236,21 @@ def cmd_submit(args) -> int:
     job = client_from_config(args).post("jobs/", body)
 
     def render(job):
+        if args.parsable:
+            print(job["id"])
+            return
         kind = "allocated" if job["allocation"] == "allocated" else "unallocated (free, preemptible)"
         print(f"Submitted job {job['id']} to {job['cluster']} for {job['project']}: {gpus_label(job)}, {kind}.")
-        print(f"Follow it with `allot queue --mine` or `allot show {job['id']}`.")
+        print(f"Follow it with `allot queue --mine`, `allot show {job['id']}` or `allot logs {job['id']} -f`.")
 
     return emit(args, job, render)
 
 
 def cmd_queue(args) -> int:
     client = client_from_config(args)
-    states = args.state or (None if args.all else ",".join(LIVE))
-    jobs = client.get_all("jobs/", cluster=args.cluster, project=args.project, state=states,
-                          mine="1" if args.mine else None, user=args.user)
+    wanted = args.state or (None if args.all else ",".join(LIVE))
+    jobs = client.get_all("jobs/", cluster=getattr(args, "cluster", None), project=getattr(args, "project", None),
+                          state=wanted, mine="1" if args.mine else None, user=args.user)
     order = {"pending": 1, "starting": 0, "running": 0, "preempting": 0}
     jobs.sort(key=lambda j: (j["cluster"], order.get(j["state"], 2), j["queue_position"] or 0, j["id"]))
     now = datetime.now(UTC)
@@ -201,18 +261,20 @@ def cmd_queue(args) -> int:
             if job["state"] == "pending":
                 where = job["pending_reason"] or "-"
                 if job["estimated_start"]:
-                    where += f" (est. start {clock(job['estimated_start'])})"
+                    where = f"(est. start {clock(job['estimated_start'])}) {where}"
                 position = f"{job['queue_position'] or '-'}/{job['project_position'] or '-'}"
             else:
-                where = ",".join(job["hosts"]) or (job["stop_cause"] or "-")
+                where = compress(job["hosts"]) or (job["stop_cause"] or "-")
                 position = "-"
             rows.append([job["id"], job["cluster"], job["project"], job["user"], job["state"], gpus_cell(job),
                          position, ago(job["submitted_at"], now), where])
-        print_table(rows, ["ID", "CLUSTER", "PROJECT", "USER", "STATE", "GPUS", "POS", "AGE", "REASON/HOSTS"])
+        print_table(rows, ["ID", "CLUSTER", "PROJECT", "USER", "STATE", "GPUS", "POS", "AGE", "REASON/HOSTS"],
+                    wide_last=args.long)
         if not jobs:
             print("(no jobs)")
         else:
-            print("POS is the place in the cluster's fair-share order / in the project; start times are estimates.")
+            print("POS is the place in the cluster's fair-share order / in the project; start times are estimates"
+                  + ("" if args.long else "; --long for whole reasons") + ".")
 
     return emit(args, jobs, render)
 
@@ -247,6 +309,7 @@ def cmd_show(args) -> int:
         if job.get("failure_reason"):
             lines.append(("Why it failed", job["failure_reason"]))
         if job["gpu_ids"]:
+            lines.append(("Hosts", compress(job["hosts"])))
             lines.append(("GPUs held", " ".join(job["gpu_ids"])))
         if job.get("command"):
             lines.append(("Command", job["command"]))
@@ -301,36 +364,205 @@ def cmd_hosts(args) -> int:
         host = client.post(f"hosts/{args.name}/{args.action}/", {"reason": args.reason})
         return emit(args, host, lambda h: print(f"{h['name']}: {h['state']} — {h['state_reason']}"
                                                 + drain_line(h.get("drain_progress"))))
-    hosts = client.get_all("hosts/", cluster=args.cluster, state=args.state)
+    hosts = client.get_all("hosts/", cluster=getattr(args, "cluster", None), state=args.state)
     now = datetime.now(UTC)
 
     def render(hosts):
         rows = [[h["name"], h["cluster"], h["domain"], f"{h['gpu_count']}x{h['gpu_type']}", h["state"],
                  ago(h["last_heartbeat_at"], now), h["state_reason"] or "-"] for h in hosts]
-        print_table(rows, ["HOST", "CLUSTER", "DOMAIN", "GPUS", "STATE", "HEARTBEAT", "REASON"])
+        print_table(rows, ["HOST", "CLUSTER", "DOMAIN", "GPUS", "STATE", "HEARTBEAT", "REASON"], wide_last=args.long)
 
     return emit(args, hosts, render)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="allot", description="Submit and follow GPU jobs on Allot.")
-    parser.add_argument("--server", help=f"Allot's URL (default: from `allot login`, else {DEFAULT_SERVER})")
-    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+def moment(text: str) -> str:
+    """`--since 30d` (that long ago), `--since 2026-11-01` or an ISO time (this machine's zone unless it names
+    one): an ISO time in UTC for the API."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?[smhdw](\d+[smhdw])*", text):
+        return datetime.fromtimestamp(datetime.now(UTC).timestamp() - parse_cli_duration(text), UTC).isoformat()
+    try:
+        value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time: use a span back from now (30d, 12h) or a date "
+                                         "(2026-11-01, 2026-11-01T09:00)") from None
+    return (value if value.tzinfo else value.astimezone()).astimezone(UTC).isoformat()
 
-    login = commands.add_parser("login", help="log in and keep a token in your config directory")
+
+def elapsed(job: dict, now: datetime) -> str:
+    start, end = parse_time(job["started_at"]), parse_time(job["ended_at"]) or now
+    return format_duration((end - start).total_seconds()) if start else "-"
+
+
+def write_csv(rows: list[list], headers: list[str]) -> None:
+    import csv
+
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(headers)
+    writer.writerows(rows)
+
+
+def cmd_history(args) -> int:
+    """Ended and live jobs over a period, as sacct: mine unless --all-users, --user, --project or --unit."""
+    everyone = args.all_users or args.user or getattr(args, "project", None) or args.unit
+    jobs = client_from_config(args).get_all(
+        "jobs/", cluster=getattr(args, "cluster", None), project=getattr(args, "project", None), unit=args.unit,
+        user=args.user, state=args.state, since=args.since or moment("7d"), until=args.until,
+        mine=None if everyone or args.my_projects else "1", my_projects="1" if args.my_projects else None)
+    now = datetime.now(UTC)
+    headers = ["ID", "NAME", "CLUSTER", "PROJECT", "USER", "STATE", "GPUS", "SUBMITTED", "START", "END",
+               "ELAPSED", "EXIT", "REASON"]
+
+    def rows(jobs):
+        return [[job["id"], job["name"] or "-", job["cluster"], job["project"], job["user"], job["state"],
+                 gpus_cell(job), clock(job["submitted_at"]), clock(job["started_at"]), clock(job["ended_at"]),
+                 elapsed(job, now), "-" if job["exit_code"] is None else job["exit_code"],
+                 job["failure_reason"] or job["stop_cause"] or job["pending_reason"] or "-"] for job in jobs]
+
+    def render(jobs):
+        if args.csv:
+            write_csv(rows(jobs), headers)
+            return
+        print_table(rows(jobs), headers, wide_last=args.long)
+        print(f"({len(jobs)} job{'s' if len(jobs) != 1 else ''}; times in {zone_label()})" if jobs else "(no jobs)")
+
+    return emit(args, jobs, render)
+
+
+def gpu_hours(value: float) -> str:
+    return f"{value:,.1f}"
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}%"
+
+
+def cmd_usage(args) -> int:
+    """GPU-hours used over a period by unit and by user against entitlement, as sreport."""
+    report = client_from_config(args).get(
+        "usage/", cluster=setting(args, "cluster"), unit=args.unit, since=args.since or moment("30d"),
+        until=args.until)
+
+    def render(report):
+        headers = ["CLUSTER", "UNIT", "USER", "ALLOCATED", "UNALLOCATED", "ENTITLED", "USED/ENTITLED"]
+        rows = []  # (depth, cells) with numbers as numbers
+        for cluster in report["clusters"]:
+            for unit in cluster["units"]:
+                rows.append((unit["depth"], [cluster["cluster"], unit["unit"], "-", unit["allocated_gpu_hours"],
+                                             unit["unallocated_gpu_hours"], unit["entitled_gpu_hours"],
+                                             unit["percent_of_entitlement"]]))
+                if not args.no_users:
+                    rows += [(unit["depth"] + 1, [cluster["cluster"], unit["unit"], user["user"],
+                                                  user["allocated_gpu_hours"], user["unallocated_gpu_hours"], None,
+                                                  None]) for user in unit["users"]]
+        if args.csv:
+            write_csv([["" if cell is None else cell for cell in cells] for _, cells in rows], headers)
+            return
+        print(f"GPU-hours from {clock(report['since'])} to {clock(report['until'])} "
+              f"({format_duration(report['seconds'])}); allocated ones are charged, unallocated ones are free.")
+        print_table([[cluster, "  " * depth + unit, user, gpu_hours(allocated), gpu_hours(unallocated),
+                      "-" if entitled is None else gpu_hours(entitled), percent(share)]
+                     for depth, (cluster, unit, user, allocated, unallocated, entitled, share) in rows],
+                    headers, wide_last=True)
+        if not rows:
+            print("(no units)")
+
+    return emit(args, report, render)
+
+
+def new_text(before: str, after: str) -> tuple[str, bool]:
+    """What `after` (a rank's output tail now) adds to `before` (the tail printed already): (the new text,
+    whether some output was lost between the two: the tail moved past what was printed)."""
+    if after.startswith(before):
+        return after[len(before):], False
+    anchor = before[-200:]
+    at = after.rfind(anchor)
+    if at >= 0:
+        return after[at + len(anchor):], False
+    return after, True
+
+
+def cmd_logs(args) -> int:
+    """A job's output, every rank (or --rank N) of its current run (or --run N); -f follows it until it ends."""
+    client = client_from_config(args)
+    params = {"rank": args.rank, "run": args.run}
+    printed: dict[tuple[int, int], str] = {}
+    errors: set[tuple[int, int]] = set()
+    many = None
+    while True:
+        logs = client.get(f"jobs/{args.id}/logs/", **params)
+        if getattr(args, "json", False) and not args.follow:
+            return emit(args, logs, None)
+        if many is None:
+            many = len(logs["ranks"]) > 1
+            if not logs["ranks"]:
+                print(f"job {logs['job']} ({logs['state']}): no output yet" if logs["state"] in LIVE
+                      else f"job {logs['job']} ({logs['state']}): no output", file=sys.stderr)
+        for rank in logs["ranks"]:
+            key = (rank["run"], rank["rank"])
+            prefix = f"[rank {rank['rank']} {rank['host']}] " if many else ""
+            text, lost = new_text(printed.get(key, ""), rank["tail"])
+            if lost:
+                print(f"{prefix}[… earlier output is no longer kept by the server]")
+            held = ""
+            if args.follow and logs["state"] in LIVE and not text.endswith("\n"):
+                text, _, held = text.rpartition("\n")  # a line still being written: printed once it ends
+                text += "\n" if text else ""
+            printed[key] = rank["tail"][: len(rank["tail"]) - len(held)]
+            for line in text.splitlines(keepends=True):
+                sys.stdout.write(prefix + line + ("" if line.endswith("\n") else "\n"))
+            if rank["error"] and key not in errors:
+                errors.add(key)
+                print(f"{prefix}{rank['error']}", file=sys.stderr)
+        sys.stdout.flush()
+        if not args.follow or logs["state"] not in LIVE:
+            return 0
+        pause(args.interval)
+
+
+def pause(seconds: float) -> None:
+    time.sleep(seconds)
+
+
+def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """Options every command takes, before or after its name; defaults come from $ALLOT_<NAME>, then the config
+    file (`allot login` keeps them). SUPPRESS: a command's parser must not overwrite what was given before it."""
+    default = None if top else argparse.SUPPRESS
+    group = parser.add_argument_group("global options (before or after the command)")
+    group.add_argument("--server", default=default,
+                       help=f"Allot's URL (default: $ALLOT_SERVER, the one `allot login` kept, else {DEFAULT_SERVER})")
+    group.add_argument("--token", default=default, help="an API token (default: $ALLOT_TOKEN, the one kept here)")
+    group.add_argument("--cluster", default=default, help="the cluster (default for submit and usage: "
+                       "$ALLOT_CLUSTER or the config file's)")
+    group.add_argument("--project", default=default, help="the project (default for submit: $ALLOT_PROJECT or the "
+                       "config file's)")
+    group.add_argument("--json", action="store_true", default=False if top else argparse.SUPPRESS,
+                       help="print the data as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="allot", description="Submit and follow GPU jobs on Allot. Durations: "
+                    "90 (minutes, as Slurm), 90s, 2h30m, 02:30:00, 1-12:00:00.")
+    global_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND", parser_class=Parser)
+
+    def command(name, **kwargs):
+        sub = commands.add_parser(name, **kwargs)
+        global_options(sub, top=False)
+        return sub
+
+    login = command("login", help="log in and keep a token (and --cluster, --project as defaults) here")
     login.add_argument("--username", "-u")
     login.add_argument("--password-stdin", action="store_true", help="read the password from standard input")
     login.set_defaults(handler=cmd_login)
 
-    logout = commands.add_parser("logout", help="revoke the token kept by `allot login` and forget it")
+    logout = command("logout", help="revoke the token kept by `allot login` and forget it")
     logout.set_defaults(handler=cmd_logout)
 
-    submit = commands.add_parser("submit", help="submit a job: allot submit [options] -- COMMAND")
-    submit.add_argument("--cluster", required=True)
-    submit.add_argument("--project", required=True)
+    submit = command("submit", help="submit a job: allot submit [options] -- COMMAND")
     submit.add_argument("--gpus", type=int, help="GPUs in total (required; 1 when --mig-profile is given)")
     submit.add_argument("--min-runtime", type=duration, required=True,
-                        help="protected (and charged) for this long: 90s, 15m, 2h; 0 = unallocated")
+                        help="protected (and charged) for this long: 90 (minutes), 2h30m, 02:30:00; 0 = unallocated")
     submit.add_argument("--resumable", action="store_true", help="requeue it when preempted (it checkpoints)")
     submit.add_argument("--gpus-per-host", type=int)
     submit.add_argument("--gpu-type", help="e.g. H100, or GB200|H100")
@@ -338,11 +570,11 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--mig-profile", help="a MIG instance instead of a whole GPU: 1g.10gb, 1g.20gb, 2g.20gb, "
                                               "3g.40gb, 4g.40gb or 7g.80gb (with --gpus 1)")
     submit.add_argument("--topology", choices=["any", "domain", "preferred"], default="any")
-    submit.add_argument("--max-runtime", type=duration)
+    submit.add_argument("--max-runtime", "--time", "-t", type=duration, help="at most this long, as sbatch --time")
     submit.add_argument("--priority", choices=["low", "normal", "high"], default="normal")
     submit.add_argument("--cpus", type=int, default=0)
     submit.add_argument("--memory-gib", type=int, default=0)
-    submit.add_argument("--name")
+    submit.add_argument("--name", "-J")
     submit.add_argument("--simulated-duration", type=duration, help="simulated clusters: the work it needs")
     submit.add_argument("--chdir", "-D", metavar="DIR",
                         help="the directory the job starts in on its hosts (default: this one, as with sbatch)")
@@ -351,60 +583,119 @@ def build_parser() -> argparse.ArgumentParser:
     submit.add_argument("--export", default="NONE", metavar="NAME,NAME|ALL|NONE",
                         help="variables of this shell the job gets, as sbatch --export (default NONE: only what the "
                              "agent sets and --env)")
-    submit.add_argument("--json", action="store_true")
+    submit.add_argument("--parsable", action="store_true", help="print only the job id, as sbatch --parsable: "
+                        "JOB=$(allot submit --parsable ...)")
     submit.add_argument("command", nargs=argparse.REMAINDER, help="after --: the command to run")
     submit.set_defaults(handler=cmd_submit)
 
-    queue = commands.add_parser("queue", help="pending and running jobs, in fair-share order")
-    queue.add_argument("--cluster")
-    queue.add_argument("--project")
+    queue = command("queue", aliases=["squeue"], help="pending and running jobs, in fair-share order")
     queue.add_argument("--user")
     queue.add_argument("--mine", action="store_true")
-    queue.add_argument("--state", help="comma-separated states")
+    queue.add_argument("--state", type=states, help=f"comma-separated: {','.join(STATES)}")
     queue.add_argument("--all", action="store_true", help="ended jobs too")
-    queue.add_argument("--json", action="store_true")
+    queue.add_argument("--long", "-l", action="store_true", help="whole reasons, however wide")
     queue.set_defaults(handler=cmd_queue)
 
-    show = commands.add_parser("show", help="a job: contract, place in the queue, events, output")
+    history = command("history", aliases=["sacct"], help="jobs over a period, ended ones too (mine by default)")
+    history.add_argument("--since", "-S", type=moment, default=None,
+                         help="jobs live at or after this: 30d (ago), 2026-11-01, 2026-11-01T09:00 (default 7d)")
+    history.add_argument("--until", "-E", type=moment, help="jobs submitted before this")
+    history.add_argument("--state", "-s", type=states, help=f"comma-separated: {','.join(STATES)}")
+    history.add_argument("--user", "-u", help="that user's jobs")
+    history.add_argument("--unit", help="jobs of every project in that unit")
+    history.add_argument("--my-projects", action="store_true", help="jobs of the projects I belong to")
+    history.add_argument("--all-users", "-a", action="store_true", help="everyone's jobs")
+    history.add_argument("--csv", action="store_true", help="CSV, for a spreadsheet")
+    history.add_argument("--long", "-l", action="store_true", help="whole reasons, however wide")
+    history.set_defaults(handler=cmd_history)
+
+    usage = command("usage", aliases=["sreport"],
+                    help="GPU-hours used by unit and user over a period, against entitlement")
+    usage.add_argument("--unit", help="this unit and those under it (default: every unit)")
+    usage.add_argument("--since", "-S", type=moment, default=None, help="30d (ago, the default), 2026-11-01, …")
+    usage.add_argument("--until", "-E", type=moment, help="default: now")
+    usage.add_argument("--no-users", action="store_true", help="units only")
+    usage.add_argument("--csv", action="store_true", help="CSV, for a spreadsheet")
+    usage.set_defaults(handler=cmd_usage)
+
+    logs = command("logs", help="a job's output: every rank, or --rank N; -f follows it")
+    logs.add_argument("id", type=int)
+    logs.add_argument("--follow", "-f", action="store_true", help="print new output until the job ends")
+    logs.add_argument("--rank", type=int, help="only this rank")
+    logs.add_argument("--run", type=int, help="an earlier run (0 is the first; default: the current one)")
+    logs.add_argument("--interval", type=float, default=2.0, help=argparse.SUPPRESS)
+    logs.set_defaults(handler=cmd_logs)
+
+    show = command("show", help="a job: contract, place in the queue, events, output")
     show.add_argument("id", type=int)
-    show.add_argument("--json", action="store_true")
     show.set_defaults(handler=cmd_show)
 
-    cancel = commands.add_parser("cancel", help="cancel a job")
+    cancel = command("cancel", aliases=["scancel"], help="cancel a job")
     cancel.add_argument("id", type=int)
     cancel.add_argument("--reason")
-    cancel.add_argument("--json", action="store_true")
     cancel.set_defaults(handler=cmd_cancel)
 
-    hosts = commands.add_parser("hosts", help="hosts and their state; on-call: cordon, drain, resume")
+    hosts = command("hosts", aliases=["sinfo"], help="hosts and their state; on-call: cordon, drain, resume")
     hosts.add_argument("action", nargs="?", choices=["cordon", "drain", "resume"])
     hosts.add_argument("name", nargs="?")
     hosts.add_argument("--reason")
-    hosts.add_argument("--cluster")
     hosts.add_argument("--state")
-    hosts.add_argument("--json", action="store_true")
+    hosts.add_argument("--long", "-l", action="store_true", help="whole reasons, however wide")
     hosts.set_defaults(handler=cmd_hosts)
     return parser
 
 
+def joined_durations(argv: list[str]) -> list[str]:
+    """`--min-runtime -5m` → `--min-runtime=-5m`, so that the duration's own check answers."""
+    out, index = [], 0
+    while index < len(argv):
+        token = argv[index]
+        if token == "--":
+            return out + argv[index:]
+        if token in DURATION_OPTIONS and index + 1 < len(argv) and re.match(r"^-\d", argv[index + 1]):
+            out.append(f"{token}={argv[index + 1]}")
+            index += 2
+            continue
+        out.append(token)
+        index += 1
+    return out
+
+
+def quiet_closed_pipe() -> int:
+    """Standard output's reader went away (`allot queue | head -1`): stop without a traceback, and keep
+    Python's exit-time flush from reporting it."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.__stdout__.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+    return EXIT_PIPE
+
+
 @terminal_safe
 def main(argv=None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if getattr(args, "command", None) and args.command[:1] == ["--"]:
-        args.command = args.command[1:]
+    argv = joined_durations(list(sys.argv[1:] if argv is None else argv))
     try:
+        args = build_parser().parse_args(argv)
+        if getattr(args, "command", None) and args.command[:1] == ["--"]:
+            args.command = args.command[1:]
         return args.handler(args)
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else 0
     except Fail as error:
         print(f"allot: {error}", file=sys.stderr)
         return error.code
     except ApiError as error:
-        print(f"allot: {error}" if error.status != 401 else "allot: not logged in or token revoked: run `allot login`",
-              file=sys.stderr)
-        return EXIT_REFUSED if error.status != 401 else EXIT_UNREACHABLE
+        if error.status == 401:
+            print("allot: not logged in or token revoked: run `allot login`", file=sys.stderr)
+            return EXIT_UNREACHABLE
+        print(f"allot: {error}", file=sys.stderr)
+        return EXIT_REFUSED
     except Unreachable as error:
         print(f"allot: {error}", file=sys.stderr)
         return EXIT_UNREACHABLE
+    except BrokenPipeError:
+        return quiet_closed_pipe()
     except KeyboardInterrupt:
         return 130
 

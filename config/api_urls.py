@@ -6,7 +6,7 @@ from rest_framework.routers import DefaultRouter
 
 from accounts.api import TokenObtainView, TokenViewSet
 from budgets.api.views import BudgetRequestViewSet, UnitViewSet
-from scheduler.api.views import HeartbeatView, JobViewSet
+from scheduler.api.views import HeartbeatView, JobViewSet, UsageView
 from topology.api.views import ClusterViewSet, HostViewSet
 
 router = DefaultRouter()
@@ -20,6 +20,7 @@ router.register("auth/tokens", TokenViewSet, basename="token")
 urlpatterns = [
     path("v1/auth/token/", TokenObtainView.as_view(), name="api-token"),
     path("v1/agent/heartbeat/", HeartbeatView.as_view(), name="agent-heartbeat"),
+    path("v1/usage/", UsageView.as_view(), name="api-usage"),
     path("v1/", include((router.urls, "api"))),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # The split view serves Swagger UI's set-up script as a file: the pages' CSP allows no inline script.

@@ -5,7 +5,9 @@ from budgets.selectors import waiting_count
 
 # (label, url name, path prefixes that mark it current)
 NAV = [
-    ("Queue", "queue-home", ("/queue", "/jobs")),
+    ("Queue", "queue-home", ("/queue",)),
+    ("Jobs", "job-history", ("/jobs",)),
+    ("Usage", "usage", ("/usage",)),
     ("Clusters", "cluster-list", ("/clusters", "/hosts")),
     ("Budgets", "budget-overview", ("/budgets", "/org")),
     ("Repairs", "repairs", ("/repairs",)),

@@ -37,7 +37,7 @@ MAX_JSON_DEPTH = 32
 MIN_INTEGER, MAX_INTEGER = -(2**63), 2**63 - 1
 # Fields that hold multi-line text: tab, newline and carriage return are allowed there, nowhere else.
 MULTILINE_FIELDS = frozenset({"command", "justification", "comment", "reason", "detail", "description",
-                              "output_tail"})
+                              "output_tail", "env"})  # env: the Submit page's NAME=VALUE lines
 # Every value under these keys is multi-line text too (a job's environment).
 MULTILINE_CONTAINERS = frozenset({"env"})
 # The agent's reports carry process output as it was printed (colours and all): only NUL is refused there,

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Q, Sum
 
 from budgets.models import Unit
@@ -12,7 +13,7 @@ from scheduler.choices import LIVE_STATES
 from scheduler.core import model as core
 from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
 from scheduler.models import ClusterSample, GpuAssignment, Job, Tick
-from scheduler.usage import usage_series
+from scheduler.usage import Usage, usage_series
 from topology.choices import GpuHealth
 
 
@@ -364,3 +365,116 @@ def drain_progress(host_jobs: list[HostJob]) -> DrainProgress:
         return DrainProgress(0)
     last = max(host_jobs, key=lambda row: (row.leaves_at, row.job.pk))
     return DrainProgress(len(host_jobs), last.leaves_at, last.leaves_why)
+
+
+# ---------------------------------------------------------------- history (sacct) and usage reports (sreport)
+
+
+class UnknownName(ValueError):
+    """A filter names a unit, user or cluster that does not exist: {field: message}."""
+
+    def __init__(self, field: str, message: str):
+        self.errors = {field: [message]}
+        super().__init__(message)
+
+
+def _subtree(roots: set[int]) -> set[int]:
+    children: dict[int | None, list[int]] = defaultdict(list)
+    for pk, parent_id in Unit.objects.values_list("pk", "parent_id"):
+        children[parent_id].append(pk)
+    found, stack = set(), list(roots)
+    while stack:
+        pk = stack.pop()
+        if pk not in found:
+            found.add(pk)
+            stack.extend(children[pk])
+    return found
+
+
+def job_history(filters: dict, *, user):
+    """Jobs as HistoryForm's cleaned `filters` ask, newest first: live in [since, until), of the given states,
+    cluster, project, unit (its whole subtree), user; `mine`; `my_projects` (every unit the user belongs to,
+    and those under it)."""
+    from budgets.models import Membership
+
+    jobs = Job.objects.select_related("cluster", "project__parent", "user")
+    if filters.get("state"):
+        jobs = jobs.filter(state__in=filters["state"])
+    if filters.get("since"):
+        jobs = jobs.filter(Q(ended_at__isnull=True) | Q(ended_at__gte=filters["since"]))
+    if filters.get("until"):
+        jobs = jobs.filter(submitted_at__lt=filters["until"])
+    if filters.get("cluster"):
+        jobs = jobs.filter(cluster__name=filters["cluster"])
+    if filters.get("project"):
+        jobs = jobs.filter(project__name=filters["project"])
+    if filters.get("unit"):
+        unit = Unit.objects.filter(name=filters["unit"]).first()
+        if unit is None:
+            raise UnknownName("unit", f"no unit named {filters['unit']!r}")
+        jobs = jobs.filter(project_id__in=_subtree({unit.pk}))
+    if filters.get("user"):
+        jobs = jobs.filter(user__username=filters["user"])
+    if filters.get("mine"):
+        jobs = jobs.filter(user=user)
+    if filters.get("my_projects"):
+        roots = set(Membership.objects.filter(user=user).values_list("unit_id", flat=True))
+        jobs = jobs.filter(project_id__in=_subtree(roots))
+    return jobs.order_by("-pk")
+
+
+def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit | None = None) -> list[dict]:
+    """GPU-hours per unit (its subtree) and per user in [since, until), allocated (charged) and unallocated
+    (free), against the unit's entitlement over the span (its share of the cluster as it stood at each moment,
+    times the cluster's healthy GPUs now): one entry per cluster, units in tree order. The same run intervals
+    as the fair share (`scheduler.usage`) and the same share timelines as the unit page (`budgets.selectors`)."""
+    from budgets.selectors import entitled_gpu_seconds, walk_units
+    from scheduler.usage import period_usage, roll_up
+    from topology.models import Cluster
+
+    clusters = [cluster] if cluster is not None else list(Cluster.objects.order_by("name"))
+    tree = walk_units()
+    parents = {row.pk: row.parent_id for row, _ in tree}
+    names = {row.pk: row.name for row, _ in tree}
+    wanted = _subtree({unit.pk}) if unit is not None else set(parents)
+    top_depth = min((depth for row, depth in tree if row.pk in wanted), default=0)
+    usernames = dict(get_user_model().objects.values_list("pk", "username"))
+    report = []
+    for each in clusters:
+        healthy = each.gpu_counts()["healthy"]
+        by_project_user = period_usage(each, start=since, end=until)
+        by_unit_user: dict[tuple[int, int], Usage] = defaultdict(Usage)
+        for (project_id, user_id), used in by_project_user.items():
+            node = project_id
+            while node is not None:
+                by_unit_user[(node, user_id)].allocated += used.allocated
+                by_unit_user[(node, user_id)].unallocated += used.unallocated
+                node = parents.get(node)
+        projects: dict[int, Usage] = defaultdict(Usage)
+        for (project_id, _), used in by_project_user.items():
+            projects[project_id].allocated += used.allocated
+            projects[project_id].unallocated += used.unallocated
+        totals = roll_up(dict(projects), parents)
+        entitled = entitled_gpu_seconds(each, start=since, end=until, healthy_gpus=healthy)
+        rows = []
+        for row, depth in tree:
+            if row.pk not in wanted:
+                continue
+            used = totals.get(row.pk, Usage())
+            entitled_hours = entitled.get(row.pk, 0.0) / 3600
+            users = sorted(((user_id, spent) for (unit_id, user_id), spent in by_unit_user.items()
+                            if unit_id == row.pk), key=lambda item: (-(item[1].allocated + item[1].unallocated),
+                                                                      usernames.get(item[0], "")))
+            rows.append({
+                "unit": row.name, "parent": names.get(row.parent_id), "depth": depth - top_depth,
+                "allocated_gpu_hours": round(used.allocated / 3600, 3),
+                "unallocated_gpu_hours": round(used.unallocated / 3600, 3),
+                "entitled_gpu_hours": round(entitled_hours, 3),
+                "percent_of_entitlement": (round(100 * used.allocated / 3600 / entitled_hours, 1)
+                                           if entitled_hours > 0 else None),
+                "users": [{"user": usernames.get(user_id, str(user_id)),
+                           "allocated_gpu_hours": round(spent.allocated / 3600, 3),
+                           "unallocated_gpu_hours": round(spent.unallocated / 3600, 3)} for user_id, spent in users],
+            })
+        report.append({"cluster": each.name, "healthy_gpus": healthy, "units": rows})
+    return report

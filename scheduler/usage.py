@@ -29,29 +29,42 @@ class Usage:
             self.unallocated += gpu_seconds
 
 
+def _run_rows(cluster, *, start: datetime, end: datetime, include_running: bool, by: tuple[str, ...]):
+    """One row per job run overlapping [start, end): its GPUs summed in milli, with the `by` fields."""
+    in_window = Q(released_at__gt=start)  # ended inside the window
+    if include_running:
+        in_window |= Q(released_at__isnull=True)
+    return (
+        GpuAssignment.objects.filter(in_window, job__cluster=cluster, assigned_at__lt=end)
+        .values(*by, "job__min_runtime", "assigned_at", "released_at")
+        .annotate(milli=Sum("milli"))
+        .order_by()
+    )
+
+
+def _usage_by(cluster, *, start: datetime, end: datetime, include_running: bool, by: tuple[str, ...]) -> dict:
+    usage: dict = defaultdict(Usage)
+    for run in _run_rows(cluster, start=start, end=end, include_running=include_running, by=by):
+        begin = max(run["assigned_at"], start)
+        finish = min(run["released_at"] or end, end)
+        if finish > begin:
+            key = run[by[0]] if len(by) == 1 else tuple(run[field] for field in by)
+            usage[key].add(run["milli"] / 1000 * (finish - begin).total_seconds(), run["job__min_runtime"] > 0)
+    return dict(usage)
+
+
 def project_usage(cluster, *, now: datetime, window_seconds: int | None = None,
                   include_running: bool = True) -> dict[int, Usage]:
     """Project unit id → usage inside [now - window, now]."""
     window_seconds = window_seconds if window_seconds is not None else cluster.window_seconds
     start = now - timedelta(seconds=window_seconds)
-    in_window = Q(released_at__gt=start)  # ended inside the window
-    if include_running:
-        in_window |= Q(released_at__isnull=True)
-    runs = (
-        GpuAssignment.objects.filter(in_window, job__cluster=cluster, assigned_at__lt=now)
-        .values("job__project_id", "job__min_runtime", "assigned_at", "released_at")
-        .annotate(milli=Sum("milli"))
-        .order_by()
-    )
-    usage: dict[int, Usage] = defaultdict(Usage)
-    for run in runs:
-        begin = max(run["assigned_at"], start)
-        end = min(run["released_at"] or now, now)
-        if end > begin:
-            usage[run["job__project_id"]].add(
-                run["milli"] / 1000 * (end - begin).total_seconds(), run["job__min_runtime"] > 0
-            )
-    return dict(usage)
+    return _usage_by(cluster, start=start, end=now, include_running=include_running, by=("job__project_id",))
+
+
+def period_usage(cluster, *, start: datetime, end: datetime) -> dict[tuple[int, int], Usage]:
+    """(project unit id, user id) → usage inside [start, end), running jobs up to `end`: the usage report's
+    figures, from the same run intervals as the fair share's."""
+    return _usage_by(cluster, start=start, end=end, include_running=True, by=("job__project_id", "job__user_id"))
 
 
 def roll_up(usage: dict[int, Usage], parents: dict[int, int | None]) -> dict[int, Usage]:

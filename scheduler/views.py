@@ -1,17 +1,27 @@
+import csv
+from datetime import timedelta
+
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
+from rest_framework.exceptions import ValidationError as DRFValidationError
 
 from budgets.selectors import posix_account
+from scheduler.api.serializers import job_request
 from scheduler.api.views import command_visibility
+from scheduler.core.durations import format_duration, parse_cli_duration
+from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.executors import default_duration
+from scheduler.forms import HistoryForm, UsageForm
 from scheduler.models import Job
-from scheduler.selectors import live_gpu_ids, queue_view
-from scheduler.services import can_cancel, job_cancel
+from scheduler.selectors import UnknownName, job_history, live_gpu_ids, queue_view
+from scheduler.services import JobError, SubmitRefused, can_cancel, job_cancel, job_submit
 from topology.models import Cluster
 
 
@@ -63,6 +73,8 @@ def _simulated_work(job) -> dict | None:
 def job_detail(request, pk):
     job = get_object_or_404(Job.objects.select_related("cluster", "project", "user", "preempted_for"), pk=pk)
     gpu_ids = live_gpu_ids([job.pk]).get(job.pk, [])
+    asked = request.GET.get("run", "")
+    run = int(asked) if asked.isdigit() and int(asked) <= job.restarts else job.restarts
     context = {
         "job": job,
         "events": job.events.order_by("at", "id"),
@@ -71,7 +83,9 @@ def job_detail(request, pk):
         "hosts": sorted({gpu_id.split(":")[0] for gpu_id in gpu_ids}),
         "pending_total": Job.objects.pending().filter(cluster=job.cluster).count() if job.state == "pending" else 0,
         "work": _simulated_work(job),
-        "processes": job.processes.filter(run=job.restarts).select_related("host").order_by("rank"),
+        "processes": job.processes.filter(run=run).select_related("host").order_by("rank"),
+        "run": run,
+        "runs": list(range(job.restarts + 1)),
         "show_command": command_visibility(request.user)(job),
         "account": posix_account(job.user),
         "can_cancel": can_cancel(request.user, job) and not job.is_final,
@@ -92,3 +106,205 @@ def job_cancel_view(request, pk):
         job = job_cancel(job=job, actor=request.user, reason=request.POST.get("reason", "")[:500])
         messages.success(request, f"Job {job.pk} " + ("cancelled." if job.is_final else "is being stopped."))
     return redirect("job-detail", pk=job.pk)
+
+
+# ---------------------------------------------------------------- history, usage, submit
+
+
+HISTORY_ROWS = 200  # a page of the Jobs page; the CSV has the whole selection
+CSV_COLUMNS = ["id", "name", "cluster", "project", "user", "state", "gpus", "gpu_milli", "mig_profile", "min_runtime",
+               "max_runtime", "resumable", "submitted_at", "started_at", "ended_at", "elapsed_seconds", "exit_code",
+               "preemptions", "restarts", "reason"]
+
+
+def _elapsed(job) -> int | None:
+    if not job.started_at:
+        return None
+    return int(((job.ended_at or timezone.now()) - job.started_at).total_seconds())
+
+
+def _csv_response(filename: str, header: list[str], rows) -> HttpResponse:
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    writer = csv.writer(response)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return response
+
+
+@login_required
+def job_history_view(request):
+    """Every job asked for (mine over the last week unless the filters say otherwise), newest first; a job id
+    from the navigation bar's search goes to its page; `format=csv` exports the whole selection."""
+    wanted = request.GET.get("id", "").strip().lstrip("#")
+    if wanted:
+        if wanted.isdigit() and len(wanted) < 19 and Job.objects.filter(pk=int(wanted)).exists():
+            return redirect("job-detail", pk=int(wanted))
+        messages.error(request, f"No job {wanted[:40]}: job ids are whole numbers; the jobs below are yours.")
+    params = request.GET.copy()
+    params.pop("id", None)
+    params.pop("format", None)
+    asked_page = params.pop("page", ["1"])[-1]
+    page = int(asked_page) if asked_page.isdigit() and 0 < int(asked_page) < 100000 else 1
+    if not any(value for value in params.values()):
+        params.update({"mine": "on", "since": (timezone.localdate() - timedelta(days=7)).isoformat()})
+    form = HistoryForm(params)
+    jobs, total = [], 0
+    if form.is_valid():
+        try:
+            selection = job_history(form.cleaned_data, user=request.user)
+        except UnknownName as error:
+            for field, problems in error.errors.items():
+                form.add_error(field, problems)
+        else:
+            if request.GET.get("format") == "csv":
+                return _csv_response("allot-jobs.csv", CSV_COLUMNS, (
+                    [job.pk, job.name, job.cluster.name, job.project.name, job.user.username, job.state, job.gpus,
+                     job.gpu_milli, job.mig_profile, job.min_runtime, job.max_runtime or "", job.resumable,
+                     job.submitted_at.isoformat(), job.started_at.isoformat() if job.started_at else "",
+                     job.ended_at.isoformat() if job.ended_at else "", _elapsed(job) or "",
+                     "" if job.exit_code is None else job.exit_code, job.preemptions, job.restarts,
+                     job.failure_reason or job.stop_cause or job.pending_reason]
+                    for job in selection.iterator(chunk_size=1000)))
+            total = selection.count()
+            first = (page - 1) * HISTORY_ROWS
+            jobs = [(job, _elapsed(job)) for job in selection[first:first + HISTORY_ROWS]]
+    query = params.urlencode()
+    first = (page - 1) * HISTORY_ROWS
+    return render(request, "scheduler/history.html", {
+        "form": form, "jobs": jobs, "total": total, "query": query, "page": page,
+        "first": first + 1, "last": first + len(jobs),
+        "previous_page": page - 1 if page > 1 else None,
+        "next_page": page + 1 if first + len(jobs) < total else None,
+        "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
+        "zone": timezone.get_current_timezone_name(),
+    })
+
+
+@login_required
+def usage_view(request):
+    """GPU-hours used by unit and by user over a chosen period, against entitlement; `format=csv` exports it."""
+    params = request.GET.copy()
+    params.pop("format", None)
+    form = UsageForm(params)
+    report = form.report() if form.is_valid() else None
+    if report and request.GET.get("format") == "csv":
+        rows = []
+        for cluster in report["clusters"]:
+            for unit in cluster["units"]:
+                rows.append([cluster["cluster"], unit["unit"], unit["parent"] or "", "", unit["allocated_gpu_hours"],
+                             unit["unallocated_gpu_hours"], unit["entitled_gpu_hours"],
+                             "" if unit["percent_of_entitlement"] is None else unit["percent_of_entitlement"]])
+                rows += [[cluster["cluster"], unit["unit"], unit["parent"] or "", user["user"],
+                          user["allocated_gpu_hours"], user["unallocated_gpu_hours"], "", ""] for user in unit["users"]]
+        return _csv_response("allot-usage.csv", ["cluster", "unit", "parent", "user", "allocated_gpu_hours",
+                                                 "unallocated_gpu_hours", "entitled_gpu_hours",
+                                                 "percent_of_entitlement"], rows)
+    from budgets.models import Unit
+
+    return render(request, "scheduler/usage.html", {
+        "form": form, "report": report, "query": params.urlencode(),
+        "since": parse_datetime(report["since"]) if report else None,
+        "until": parse_datetime(report["until"]) if report else None,
+        "clusters": Cluster.objects.order_by("name").values_list("name", flat=True),
+        "units": Unit.objects.order_by("name").values_list("name", flat=True),
+        "zone": timezone.get_current_timezone_name(),
+    })
+
+
+DURATION_FIELDS = ("min_runtime", "max_runtime", "simulated_duration")
+SUBMIT_FIELDS = ("cluster", "project", "gpus", "gpus_per_host", "gpu_type", "gpu_milli", "mig_profile", "topology",
+                 "min_runtime", "max_runtime", "resumable", "priority", "cpus", "memory_gib", "name", "command",
+                 "workdir", "env", "simulated_duration")
+
+
+def _prefill(job) -> dict:
+    """A job's contract as the Submit form's values (durations as `allot` prints them)."""
+    values = {field: getattr(job, field) for field in SUBMIT_FIELDS if field not in ("cluster", "project", "env")}
+    values.update(cluster=job.cluster.name, project=job.project.name,
+                  env="\n".join(f"{name}={value}" for name, value in (job.env or {}).items()))
+    for field in DURATION_FIELDS:
+        values[field] = "" if values[field] is None else format_duration(values[field])
+    for field in ("gpus_per_host",):
+        values[field] = "" if values[field] is None else values[field]
+    return values
+
+
+def _submission(post) -> tuple[dict, dict[str, list[str]]]:
+    """The form's text as the API's body: durations as Slurm users type them, env as NAME=VALUE lines."""
+    data, errors = {}, {}
+    for field in SUBMIT_FIELDS:
+        value = post.get(field, "")
+        if field == "resumable":
+            data[field] = bool(value)
+        elif field == "env":
+            env = {}
+            for number, line in enumerate(value.splitlines(), 1):
+                if line.strip():
+                    name, equals, rest = line.partition("=")
+                    if not equals or not name.strip():
+                        errors.setdefault("env", []).append(f"line {number}: expected NAME=VALUE")
+                    env[name.strip()] = rest
+            data[field] = env
+        elif field in DURATION_FIELDS:
+            if value.strip():
+                try:
+                    data[field] = parse_cli_duration(value)
+                except ValueError as error:
+                    errors[field] = [str(error)]
+            elif field == "min_runtime":
+                errors[field] = ["required: 0 for an unallocated job, else e.g. 2h, 90 (minutes), 02:30:00"]
+        elif value.strip() or field in ("command", "workdir", "name", "gpu_type", "mig_profile"):
+            data[field] = value if field in ("command", "workdir") else value.strip()
+    return data, errors
+
+
+def _flatten(errors) -> dict[str, list[str]]:
+    flat = {}
+    for field, problems in (errors.items() if isinstance(errors, dict) else [("non_field_errors", errors)]):
+        if isinstance(problems, dict):
+            problems = [f"{key}: {' '.join(map(str, value if isinstance(value, list) else [value]))}"
+                        for key, value in problems.items()]
+        flat[field] = [str(problem) for problem in (problems if isinstance(problems, list) else [problems])]
+    return flat
+
+
+@login_required
+def job_submit_view(request):
+    """Submit from the browser (or resubmit: `?from=<job>` prefills its contract), through the API's boundary:
+    the same serializer, the same service, the same messages."""
+    from budgets.models import Membership, Unit
+
+    values = {"gpus": 1, "gpu_milli": 1000, "topology": "any", "priority": "normal", "min_runtime": "1h",
+              "cpus": 0, "memory_gib": 0}
+    source = None
+    errors: dict[str, list[str]] = {}
+    if request.method == "POST":
+        values = request.POST.dict()
+        data, errors = _submission(request.POST)
+        if not errors:
+            try:
+                job = job_submit(user=request.user, request=job_request(data))
+            except DRFValidationError as error:
+                errors = _flatten(error.detail)
+            except JobError as error:
+                errors = error.errors
+            except SubmitRefused as error:
+                errors = {"project": [str(error)]}
+            else:
+                messages.success(request, f"Submitted job {job.pk}.")
+                return redirect("job-detail", pk=job.pk)
+    elif request.GET.get("from", "").isdigit():
+        source = Job.objects.select_related("cluster", "project", "user").filter(pk=int(request.GET["from"])).first()
+        if source is None or source.user_id != request.user.pk:
+            raise Http404("You can resubmit only your own jobs.")
+        values = _prefill(source)
+    roots = set(Membership.objects.filter(user=request.user).values_list("unit_id", flat=True))
+    projects = [unit.name for unit in Unit.objects.projects().order_by("name")
+                if unit.pk in roots or (unit.parent_id in roots)]
+    clusters = list(Cluster.objects.order_by("name"))
+    return render(request, "scheduler/submit.html", {
+        "values": values, "errors": errors, "source": source, "projects": projects, "clusters": clusters,
+        "other_errors": {field: problems for field, problems in errors.items() if field not in SUBMIT_FIELDS},
+        "mig_profiles": MIG_PROFILES,
+    })

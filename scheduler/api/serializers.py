@@ -6,6 +6,7 @@ from rest_framework.fields import ProhibitSurrogateCharactersValidator
 from scheduler.choices import Priority, Topology
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import Job, JobEvent
+from scheduler.services import JobRequest
 
 MAX_SECONDS = 10 * 365 * 86400
 # Integers from agents end up in IntegerField (32-bit) and BigAutoField (64-bit) columns.
@@ -58,6 +59,14 @@ class JobSubmitSerializer(serializers.Serializer):
                   "the account's HOME, USER, LOGNAME, SHELL and PATH, CUDA_VISIBLE_DEVICES and the torchrun and "
                   "ALLOT_* variables, which cannot be given here.",
     )
+
+
+def job_request(data) -> JobRequest:
+    """The one input boundary of a submission, for the API and the Submit page: `data` checked by
+    JobSubmitSerializer (its ValidationError, the API's 400 body, otherwise), as the service's JobRequest."""
+    serializer = JobSubmitSerializer(data=data)
+    serializer.is_valid(raise_exception=True)
+    return JobRequest(**serializer.validated_data)
 
 
 class JobEventSerializer(serializers.ModelSerializer):

@@ -19,11 +19,13 @@ from scheduler.api.serializers import (
     JobSerializer,
     JobSubmitSerializer,
     checked_entries,
+    job_request,
 )
 from scheduler.choices import JobState
+from scheduler.forms import STATES, TIME_HELP, HistoryForm, UsageForm, form_errors
 from scheduler.models import Job, JobEvent
-from scheduler.selectors import live_gpu_ids
-from scheduler.services import JobError, JobRequest, SubmitRefused, can_cancel, job_cancel, job_submit
+from scheduler.selectors import UnknownName, job_history, live_gpu_ids
+from scheduler.services import JobError, SubmitRefused, can_cancel, job_cancel, job_submit
 from topology.choices import Executor
 
 
@@ -78,29 +80,33 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         queryset = super().get_queryset()
         if self.action == "retrieve":
             return queryset.prefetch_related(Prefetch("events", queryset=JobEvent.objects.order_by("at", "id")))
-        params = self.request.query_params
-        if params.get("state"):
-            queryset = queryset.filter(state__in=params["state"].split(","))
-        if params.get("project"):
-            queryset = queryset.filter(project__name=params["project"])
-        if params.get("cluster"):
-            queryset = queryset.filter(cluster__name=params["cluster"])
-        if params.get("user"):
-            queryset = queryset.filter(user__username=params["user"])
-        if params.get("mine") in ("1", "true", "yes"):
-            queryset = queryset.filter(user=self.request.user)
-        if params.get("state") == JobState.PENDING:
+        if self.action != "list":
+            return queryset
+        form = HistoryForm(self.request.query_params)
+        if not form.is_valid():
+            raise ValidationError(form_errors(form))
+        try:
+            queryset = job_history(form.cleaned_data, user=self.request.user)
+        except UnknownName as error:
+            raise ValidationError(error.errors)
+        if form.cleaned_data["state"] == [JobState.PENDING]:
             return queryset.order_by("cluster__name", "queue_position", "pk")
-        return queryset.order_by("-pk")
+        return queryset
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("state", description="comma-separated states"),
+            OpenApiParameter("state", description=f"comma-separated states: {', '.join(STATES)}; another is a 400 "
+                                                  "naming them"),
+            OpenApiParameter("since", description=f"jobs not ended before this: {TIME_HELP}"),
+            OpenApiParameter("until", description="jobs submitted before this"),
             OpenApiParameter("project"), OpenApiParameter("cluster"), OpenApiParameter("user"),
+            OpenApiParameter("unit", description="jobs of every project in this unit"),
             OpenApiParameter("mine", description="1: only my jobs"),
+            OpenApiParameter("my_projects", description="1: only jobs of projects I belong to"),
         ]
     )
     def list(self, request, *args, **kwargs):
+        """Jobs, newest first (pending ones in queue order when `state=pending`): the queue and the history."""
         page = self.paginate_queryset(self.get_queryset())
         serializer = JobSerializer(page, many=True, context=job_context(page, request.user))
         return self.get_paginated_response(serializer.data)
@@ -111,10 +117,8 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
 
     @extend_schema(request=JobSubmitSerializer, responses={201: JobDetailSerializer})
     def create(self, request, *args, **kwargs):
-        serializer = JobSubmitSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
         try:
-            job = job_submit(user=request.user, request=JobRequest(**serializer.validated_data))
+            job = job_submit(user=request.user, request=job_request(request.data))
         except JobError as error:
             raise ValidationError(error.errors)
         except SubmitRefused as error:
@@ -122,6 +126,36 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         job = self.get_queryset().get(pk=job.pk)
         return Response(JobDetailSerializer(job, context=job_context([job], request.user)).data,
                         status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("rank", int, description="only this rank"),
+                    OpenApiParameter("run", int, description="this run (0 is the first; default: the current one)")],
+        responses={200: dict},
+    )
+    @action(detail=True, methods=["get"])
+    def logs(self, request, pk=None):
+        """Every rank's output tail of the job's current run (or `run`): `allot logs`. Shown to those who see
+        the command."""
+        job = self.get_object()
+        if not command_visibility(request.user)(job):
+            raise PermissionDenied(f"job {job.pk}'s output is shown to {job.user.username}, managers of "
+                                   f"{job.project.name}, on-call and admins")
+        numbers = {}
+        for name in ("rank", "run"):
+            value = request.query_params.get(name)
+            if value not in (None, ""):
+                if not value.isdigit() or int(value) > 2**31 - 1:
+                    raise ValidationError({name: [f"a whole number from 0, got {value!r}"]})
+                numbers[name] = int(value)
+        run = numbers.get("run", job.restarts)
+        processes = job.processes.filter(run=run).select_related("host").order_by("rank")
+        if "rank" in numbers:
+            processes = processes.filter(rank=numbers["rank"])
+        return Response({
+            "job": job.pk, "state": job.state, "run": run, "runs": job.restarts + 1,
+            "ranks": [{"run": p.run, "rank": p.rank, "host": p.host.name, "state": p.state, "exit_code": p.exit_code,
+                       "error": p.error, "tail": p.output_tail} for p in processes],
+        })
 
     @extend_schema(request=CancelSerializer, responses={200: JobDetailSerializer})
     @action(detail=True, methods=["post"])
@@ -137,6 +171,30 @@ class JobViewSet(mixins.CreateModelMixin, mixins.ListModelMixin, mixins.Retrieve
         job = job_cancel(job=job, actor=request.user, reason=serializer.validated_data["reason"])
         job = self.get_queryset().get(pk=job.pk)
         return Response(JobDetailSerializer(job, context=job_context([job], request.user)).data)
+
+
+@extend_schema(
+    tags=["usage"],
+    parameters=[OpenApiParameter("since", description=f"{TIME_HELP}; default 30 days ago"),
+                OpenApiParameter("until", description="default now"),
+                OpenApiParameter("cluster", description="default every cluster"),
+                OpenApiParameter("unit", description="this unit and those under it; default every unit")],
+    responses={200: dict},
+)
+class UsageView(APIView):
+    """GPU-hours used by unit and by user over a period, allocated (charged) and unallocated (free), against
+    each unit's entitlement: `allot usage`, the Usage page."""
+
+    def get(self, request):
+        return Response(usage_payload(request.query_params))
+
+
+def usage_payload(params) -> dict:
+    """The usage report for `params` (UsageForm's fields), or a 400 naming the field."""
+    form = UsageForm(params)
+    if not form.is_valid():
+        raise ValidationError(form_errors(form))
+    return form.report()
 
 
 @extend_schema(tags=["agent"], request=HeartbeatSerializer, responses={200: dict})

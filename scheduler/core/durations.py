@@ -1,4 +1,5 @@
-"""Durations as people write them: integer seconds or `90s`, `15m`, `8h`, `7d`.
+"""Durations as people write them: integer seconds or `90s`, `15m`, `8h`, `7d`, compounds such as `2h30m`
+or `1d4h` (what `format_duration` prints), and, on the command line, Slurm's forms (`parse_cli_duration`).
 
 Pure and shared by the loaders, the API, the CLI and the simulator.
 """
@@ -7,6 +8,11 @@ import re
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _PATTERN = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_COMPOUND = re.compile(r"^(?:(\d+)w)?(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+# Slurm's time limits: minutes, minutes:seconds, hours:minutes:seconds, days-hours, days-hours:minutes,
+# days-hours:minutes:seconds.
+_SLURM = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+CLI_FORMS = "90 (minutes, as Slurm), 90s, 2h30m, 02:30:00, 1-12:00:00"
 
 
 def parse_duration(value) -> int:
@@ -23,13 +29,48 @@ def parse_duration(value) -> int:
         return int(round(value))
     match = _PATTERN.match(str(value))
     if not match:
-        raise ValueError(f"{value!r} is not a duration (use seconds or 90s, 15m, 8h, 7d)")
+        compound = _compound(str(value).strip())
+        if compound is None:
+            raise ValueError(f"{value!r} is not a duration (use seconds or 90s, 15m, 8h, 7d)")
+        return compound
     number, unit = match.groups()
     return int(round(float(number) * UNITS[unit or "s"]))
 
 
+def _compound(text: str) -> int | None:
+    """`2h30m`, `1d4h`, `1w2d`: whole numbers of each unit, largest first; None if it is not one."""
+    match = _COMPOUND.match(text)
+    if not text or not match:
+        return None
+    return sum(int(count) * UNITS[unit] for count, unit in zip(match.groups(), "wdhms", strict=True) if count)
+
+
+def parse_cli_duration(value: str) -> int:
+    """Seconds in a duration typed on the command line, as Slurm users type them: a bare number is minutes
+    (`90`), `M:S`, `H:M:S`, `D-H`, `D-H:M`, `D-H:M:S`; and every form `parse_duration` reads (`90s`, `2h30m`,
+    `1d4h`). Raise ValueError naming the accepted forms."""
+    text = str(value).strip()
+    if text.startswith("-"):
+        raise ValueError(f"{text} is negative; a duration is at least 0 (e.g. {CLI_FORMS})")
+    match = _SLURM.match(text)
+    if match:
+        days, first, second, third = match.groups()
+        if days is not None:  # D-H[:M[:S]]
+            hours, minutes, seconds = int(first), int(second or 0), int(third or 0)
+        elif third is not None:  # H:M:S
+            hours, minutes, seconds = int(first), int(second), int(third)
+        else:  # M or M:S
+            hours, minutes, seconds = 0, int(first), int(second or 0)
+        return int(days or 0) * 86400 + hours * 3600 + minutes * 60 + seconds
+    try:
+        return parse_duration(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration (use {CLI_FORMS})") from None
+
+
 def format_duration(seconds: float) -> str:
-    """Short human form: 45s, 15m, 2h, 2h30m, 7d, 1d4h."""
+    """Short human form: 45s, 15m, 2h, 2h30m, 7d, 1d4h (rounded down to its two largest units); every one
+    reads back with `parse_duration` and `parse_cli_duration`."""
     seconds = int(round(seconds))
     if seconds < 0:
         return "-" + format_duration(-seconds)

@@ -120,6 +120,9 @@ ROWS = [
     Row("api:job-list", "get", "/api/v1/jobs/", api_rule()),
     Row("api:job-detail", "get", "/api/v1/jobs/{job}/", api_rule()),
     Row("api:job-cancel", "post", "/api/v1/jobs/{job}/cancel/", api_rule(OWNER_OR_MANAGER, 403)),
+    # A job's output: those who see its command (its owner, its project's managers, on-call, admins).
+    Row("api:job-logs", "get", "/api/v1/jobs/{job}/logs/", api_rule({**OWNER_OR_MANAGER, **ONCALL}, 403)),
+    Row("api-usage", "get", "/api/v1/usage/", api_rule()),
     # -- pages
     Row("login", "get", "/login/", dict.fromkeys(ROLES, 200), api=False),
     Row("logout", "post", "/logout/", form_rule(default=302), api=False),
@@ -145,6 +148,14 @@ ROWS = [
     Row("queue-home", "get", "/queue/", page_rule(default=302), api=False),
     Row("queue", "get", "/clusters/gb200-east/queue/", page_rule(), api=False),
     Row("job-detail", "get", "/jobs/{job}/", page_rule(), api=False),
+    Row("job-history", "get", "/jobs/", page_rule(), api=False),
+    Row("job-submit", "get", "/jobs/new/", page_rule(), api=False),
+    # Only alice may submit to olmo (the others see the form again, the refusal named); resubmitting her job is
+    # hers alone.
+    Row("job-submit", "post", "/jobs/new/", form_rule({"member": 302}, 200),
+        {"cluster": "gb200-east", "project": "olmo", "gpus": "1", "min_runtime": "1h", "command": "x"}, api=False),
+    Row("job-submit", "get", "/jobs/new/?from={job}", page_rule({"member": 200}, 404), api=False),
+    Row("usage", "get", "/usage/", page_rule(), api=False),
     Row("job-cancel", "post", "/jobs/{job}/cancel/", form_rule({"member": 302, "parent_manager": 302, "admin": 302}),
         api=False),
     Row("org-tree", "get", "/org/", page_rule(), api=False),
