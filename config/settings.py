@@ -22,6 +22,17 @@ from config.env import database_from_url, env_bool, env_int, env_list, env_str
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ALLOT_VAR_DIR", str(BASE_DIR / "var")))
 
+
+def project_folder(name: str) -> Path:
+    """`templates`, `static` or `demo`: the checkout's folder, else the copy an installed wheel carries beside
+    `config` (setup.py)."""
+    here = BASE_DIR / name
+    return here if here.is_dir() else BASE_DIR / f"allot_{name}"
+
+
+DEMO_DIR = project_folder("demo")
+
+
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
 if not SECRET_KEY:
@@ -81,7 +92,7 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [project_folder("templates")],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -96,7 +107,7 @@ TEMPLATES = [
 
 DATABASES = {
     "default": database_from_url(
-        "DATABASE_URL", env_str("DATABASE_URL", "sqlite:///var/allot.sqlite3"), BASE_DIR
+        "DATABASE_URL", env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'allot.sqlite3'}"), BASE_DIR
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -140,12 +151,13 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env_str("ALLOT_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
 # Plotly's bundle is served from the installed package: pages work with no internet.
-STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
+STATICFILES_DIRS = [project_folder("static"), ("plotly", Path(plotly.__file__).parent / "package_data")]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Hashed names and compressed copies once `collectstatic` ran (config/static.py); plain names before.
+    "staticfiles": {"BACKEND": "config.static.StaticStorage"},
 }
 # Serve straight from the app folders in development and tests: no collectstatic needed.
 WHITENOISE_USE_FINDERS = True
