@@ -223,15 +223,46 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULER = "celery.beat:PersistentScheduler"
+# Beat sends only while it holds the beat lock (config/celery.py): run a standby beat on a second machine.
+CELERY_BEAT_SCHEDULER = "config.celery:LeaderBeat"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Two queues, so a busy what-if never delays a tick: `ticks` (the tick and the grants' expiry: short, one
+# worker process), `simulations` (what-ifs and reports: long). A worker started without -Q takes both, and
+# `celery`, where a task nobody routed lands.
+CELERY_TASK_QUEUES = {"ticks": {}, "simulations": {}, "celery": {}}
+CELERY_TASK_ROUTES = {
+    "scheduler.tick": {"queue": "ticks"},
+    "budgets.tasks.expire_allocations": {"queue": "ticks"},
+    "budgets.tasks.run_what_if": {"queue": "simulations"},
+}
+# A worker takes one message at a time: a long simulation holds no tick, nor other simulations, behind it.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Seconds; soft raises inside the task (a what-if records it as its failure), hard kills the worker process.
+ALLOT_TICK_TIME_LIMIT = env_int("ALLOT_TICK_TIME_LIMIT", 60)
+ALLOT_WHAT_IF_TIME_LIMIT = env_int("ALLOT_WHAT_IF_TIME_LIMIT", 300)
+CELERY_TASK_ANNOTATIONS = {
+    # A tick is never retried: the next one, ALLOT_TICK_SECONDS later, supersedes it.
+    "scheduler.tick": {"soft_time_limit": ALLOT_TICK_TIME_LIMIT, "time_limit": ALLOT_TICK_TIME_LIMIT + 30},
+    "budgets.tasks.expire_allocations": {"soft_time_limit": 60, "time_limit": 90},
+    # Acknowledged when done, so a worker that dies or is stopped before the simulation claims its what-if
+    # leaves the message for another worker.
+    "budgets.tasks.run_what_if": {
+        "acks_late": True, "reject_on_worker_lost": True,
+        "soft_time_limit": ALLOT_WHAT_IF_TIME_LIMIT, "time_limit": ALLOT_WHAT_IF_TIME_LIMIT + 60,
+    },
+}
+CELERY_RESULT_EXPIRES = 3600
 
 # How often the scheduler loop ticks when no cluster says otherwise (seconds).
 ALLOT_TICK_SECONDS = env_int("ALLOT_TICK_SECONDS", 5)
 CELERY_BEAT_SCHEDULE = {
-    # A tick that waited longer than one interval is dropped: the next one supersedes it.
+    # A tick that waited longer than one interval is dropped (it expires): the next one supersedes it.
     "scheduler-tick": {
         "task": "scheduler.tick", "schedule": float(ALLOT_TICK_SECONDS), "options": {"expires": ALLOT_TICK_SECONDS},
+    },
+    # The tick expires grants too; this catches them when no cluster is loaded yet.
+    "expire-allocations": {
+        "task": "budgets.tasks.expire_allocations", "schedule": 60.0, "options": {"expires": 60},
     },
 }
 # Simulated executor: how many seconds of a job's work pass in one real second.
