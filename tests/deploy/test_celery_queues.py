@@ -38,12 +38,11 @@ def test_a_what_if_is_acknowledged_late_and_every_task_has_time_limits():
 def test_the_tick_expires_rather_than_piles_up_and_the_schedule_is_the_readmes():
     schedule = settings.CELERY_BEAT_SCHEDULE
     assert schedule["scheduler-tick"]["options"]["expires"] <= schedule["scheduler-tick"]["schedule"]
-    readme = (Path(settings.BASE_DIR) / "README.md").read_text()
+    rows = [line.strip() for line in (Path(settings.BASE_DIR) / "README.md").read_text().splitlines()]
     for name, entry in schedule.items():
         queue = settings.CELERY_TASK_ROUTES[entry["task"]]["queue"]
-        row = next((line for line in readme.splitlines() if line.startswith(f"| `{name}` | `{entry['task']}` |")), "")
+        row = next((line for line in rows if line.startswith(f"| `{name}` | `{entry['task']}` |")), "")
         assert row.endswith(f"| `{queue}` |"), f"the README's beat schedule has no row for {name} on {queue}"
-    assert readme.count("| `", readme.index("Beat's schedule:")) >= len(schedule)
 
 
 def _beat(env, tmp_path, name):
