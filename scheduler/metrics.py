@@ -239,6 +239,17 @@ class AllotCollector:
                                  ("unavailable", unavailable)):
                 gpus.add_metric([name, state], value)
         yield gpus
+        # Whole free GPUs per NVLink domain (the cluster page's bar chart): healthy, on an up host, unheld.
+        domains = GaugeMetricFamily("allot_domain_free_gpus", "Whole GPUs free in each NVLink domain.",
+                                    labels=["cluster", "domain"])
+        for cluster_id, domain, free in (
+            Gpu.objects.values_list("host__domain__cluster_id", "host__domain__name")
+            .annotate(free=Count("id", filter=Q(health=GpuHealth.OK, host__state=HostState.UP, allocated_milli=0)))
+            .order_by("host__domain__cluster_id", "host__domain__name")
+        ):
+            if cluster_id in names:
+                domains.add_metric([names[cluster_id], domain], free)
+        yield domains
 
     @staticmethod
     def _jobs():
