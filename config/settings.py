@@ -13,7 +13,6 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-import plotly
 from django.core.exceptions import ImproperlyConfigured
 
 from config.csp import content_security_policy
@@ -43,7 +42,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # Pages load scripts, styles and data from this server only (config/csp.py, config/middleware.py).
-CONTENT_SECURITY_POLICY = content_security_policy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js")
+CONTENT_SECURITY_POLICY = content_security_policy(project_folder("static") / "plotly" / "plotly.min.js")
 
 # Behind a TLS-terminating proxy (production): secure cookies, HSTS, and the proxy's word on the scheme.
 if env_bool("ALLOT_HTTPS", False):
@@ -152,8 +151,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = Path(env_str("ALLOT_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
-# Plotly's bundle is served from the installed package: pages work with no internet.
-STATICFILES_DIRS = [project_folder("static"), ("plotly", Path(plotly.__file__).parent / "package_data")]
+# Everything the pages load is served from here: pages work with no internet. Plotly is its cartesian bundle
+# (static/plotly/README.md): every chart is a scatter or bar.
+STATICFILES_DIRS = [project_folder("static")]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     # Hashed names and compressed copies once `collectstatic` ran (config/static.py); plain names before.
