@@ -1,5 +1,6 @@
 """What a browser downloads for a chart page (the cluster page): the HTML and every script and stylesheet it
-names, as WhiteNoise serves them after `collectstatic` — raw, gzip and Brotli.
+names, as WhiteNoise serves them after `collectstatic` — raw, gzip, and Brotli when the Brotli package is
+installed.
 
     .venv/bin/python bench/static_size.py [--json]
 

@@ -1,4 +1,5 @@
-"""Static files: compressed (gzip and Brotli when installed) and hashed by `collectstatic`, served by WhiteNoise.
+"""Static files: compressed (gzip; Brotli too if the Brotli package is installed) and hashed by `collectstatic`,
+served by WhiteNoise.
 
 Pages name a file by its content hash (`allot.3f2a9c.css`), so browsers and proxies keep it for good and a
 release can never be served a stale copy. Before `collectstatic` has run (a checkout: `make run`, the
