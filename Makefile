@@ -12,7 +12,7 @@ RUN_ENV := DEBUG=1
 ALLOT_TRACES ?= $(firstword $(wildcard $(abspath ../shared/traces) /work/shared/traces))
 export ALLOT_TRACES
 
-.PHONY: run test bench install install-test chromium lint clean
+.PHONY: run test bench install install-test chromium promtool lint clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,7 +26,7 @@ $(VENV)/.installed-test: $(VENV)/.installed pyproject.toml
 
 install: $(VENV)/.installed
 
-install-test: $(VENV)/.installed-test chromium
+install-test: $(VENV)/.installed-test chromium promtool
 
 # Browser tests drive Debian's Chromium; Playwright cannot download one here.
 chromium:
@@ -34,6 +34,16 @@ chromium:
 		echo "installing Debian's chromium for the browser tests"; \
 		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 		$$SUDO apt-get install -y -q chromium >/dev/null || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium; }; \
+	fi
+
+# tests/deploy check the alert rules and /metrics with Debian's promtool (package prometheus; the service it
+# installs is stopped and disabled: tests need only the tool).
+promtool:
+	@if ! command -v promtool >/dev/null; then \
+		echo "installing Debian's prometheus for promtool"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get install -y -q --no-install-recommends prometheus >/dev/null || { $$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends prometheus; }; \
+		$$SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true; \
 	fi
 
 run: install

@@ -11,6 +11,8 @@
 7. failover: bench/failover.py, the scheduler leader killed and a standby's take-over time,
    with `manage.py run_scheduler` and again with Celery beat and workers.
 8. what-if: bench/whatif_bench.py, the budget what-if on a heavy week, nothing thinned.
+9. static: bench/static_size.py, the compressed size of a chart page (the cluster page and every script
+   and stylesheet it loads) as WhiteNoise serves it after collectstatic.
 
 `--quick` shortens each (fewer ticks, instances, rounds; 20 s of load). Every
 section runs even when one before it failed; the exit code is the worst.
@@ -32,6 +34,7 @@ BENCH = Path(__file__).resolve().parent
 def sections(quick: bool) -> list[tuple[str, str, list[str]]]:
     """(name, title, arguments after the interpreter)."""
     return [
+        ("static", "chart page size (compressed)", ["bench/static_size.py"]),
         ("tick", "tick (core decision)", ["bench/tick_bench.py", *(["--runs", "2"] if quick else [])]),
         ("live-tick", "live tick (database)",
          ["bench/live_tick.py", *(["--jobs", "1000", "--ticks", "3", "--settle", "2"] if quick else [])]),

@@ -13,7 +13,6 @@ import os
 from datetime import timedelta
 from pathlib import Path
 
-import plotly
 from django.core.exceptions import ImproperlyConfigured
 
 from config.csp import content_security_policy
@@ -21,6 +20,17 @@ from config.env import database_from_url, env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("ALLOT_VAR_DIR", str(BASE_DIR / "var")))
+
+
+def project_folder(name: str) -> Path:
+    """`templates`, `static` or `demo`: the checkout's folder, else the copy an installed wheel carries beside
+    `config` (setup.py)."""
+    here = BASE_DIR / name
+    return here if here.is_dir() else BASE_DIR / f"allot_{name}"
+
+
+DEMO_DIR = project_folder("demo")
+
 
 DEBUG = env_bool("DEBUG", False)
 SECRET_KEY = env_str("SECRET_KEY")
@@ -32,7 +42,7 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 # Pages load scripts, styles and data from this server only (config/csp.py, config/middleware.py).
-CONTENT_SECURITY_POLICY = content_security_policy(Path(plotly.__file__).parent / "package_data" / "plotly.min.js")
+CONTENT_SECURITY_POLICY = content_security_policy(project_folder("static") / "plotly" / "plotly.min.js")
 
 # Behind a TLS-terminating proxy (production): secure cookies, HSTS, and the proxy's word on the scheme.
 if env_bool("ALLOT_HTTPS", False):
@@ -81,7 +91,7 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [project_folder("templates")],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -96,7 +106,7 @@ TEMPLATES = [
 
 DATABASES = {
     "default": database_from_url(
-        "DATABASE_URL", env_str("DATABASE_URL", "sqlite:///var/allot.sqlite3"), BASE_DIR
+        "DATABASE_URL", env_str("DATABASE_URL", f"sqlite:///{VAR_DIR / 'allot.sqlite3'}"), BASE_DIR
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
@@ -140,12 +150,14 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
-# Plotly's bundle is served from the installed package: pages work with no internet.
-STATICFILES_DIRS = [BASE_DIR / "static", ("plotly", Path(plotly.__file__).parent / "package_data")]
+STATIC_ROOT = Path(env_str("ALLOT_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# Everything the pages load is served from here: pages work with no internet. Plotly is its cartesian bundle
+# (static/plotly/README.md): every chart is a scatter or bar.
+STATICFILES_DIRS = [project_folder("static")]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Hashed names and compressed copies once `collectstatic` ran (config/static.py); plain names before.
+    "staticfiles": {"BACKEND": "config.static.StaticStorage"},
 }
 # Serve straight from the app folders in development and tests: no collectstatic needed.
 WHITENOISE_USE_FINDERS = True
@@ -211,15 +223,46 @@ CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULER = "celery.beat:PersistentScheduler"
+# Beat sends only while it holds the beat lock (config/celery.py): run a standby beat on a second machine.
+CELERY_BEAT_SCHEDULER = "config.celery:LeaderBeat"
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+# Two queues, so a busy what-if never delays a tick: `ticks` (the tick and the grants' expiry: short, one
+# worker process), `simulations` (what-ifs and reports: long). A worker started without -Q takes both, and
+# `celery`, where a task nobody routed lands.
+CELERY_TASK_QUEUES = {"ticks": {}, "simulations": {}, "celery": {}}
+CELERY_TASK_ROUTES = {
+    "scheduler.tick": {"queue": "ticks"},
+    "budgets.tasks.expire_allocations": {"queue": "ticks"},
+    "budgets.tasks.run_what_if": {"queue": "simulations"},
+}
+# A worker takes one message at a time: a long simulation holds no tick, nor other simulations, behind it.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# Seconds; soft raises inside the task (a what-if records it as its failure), hard kills the worker process.
+ALLOT_TICK_TIME_LIMIT = env_int("ALLOT_TICK_TIME_LIMIT", 60)
+ALLOT_WHAT_IF_TIME_LIMIT = env_int("ALLOT_WHAT_IF_TIME_LIMIT", 300)
+CELERY_TASK_ANNOTATIONS = {
+    # A tick is never retried: the next one, ALLOT_TICK_SECONDS later, supersedes it.
+    "scheduler.tick": {"soft_time_limit": ALLOT_TICK_TIME_LIMIT, "time_limit": ALLOT_TICK_TIME_LIMIT + 30},
+    "budgets.tasks.expire_allocations": {"soft_time_limit": 60, "time_limit": 90},
+    # Acknowledged when done, so a worker that dies or is stopped before the simulation claims its what-if
+    # leaves the message for another worker.
+    "budgets.tasks.run_what_if": {
+        "acks_late": True, "reject_on_worker_lost": True,
+        "soft_time_limit": ALLOT_WHAT_IF_TIME_LIMIT, "time_limit": ALLOT_WHAT_IF_TIME_LIMIT + 60,
+    },
+}
+CELERY_RESULT_EXPIRES = 3600
 
 # How often the scheduler loop ticks when no cluster says otherwise (seconds).
 ALLOT_TICK_SECONDS = env_int("ALLOT_TICK_SECONDS", 5)
 CELERY_BEAT_SCHEDULE = {
-    # A tick that waited longer than one interval is dropped: the next one supersedes it.
+    # A tick that waited longer than one interval is dropped (it expires): the next one supersedes it.
     "scheduler-tick": {
         "task": "scheduler.tick", "schedule": float(ALLOT_TICK_SECONDS), "options": {"expires": ALLOT_TICK_SECONDS},
+    },
+    # The tick expires grants too; this catches them when no cluster is loaded yet.
+    "expire-allocations": {
+        "task": "budgets.tasks.expire_allocations", "schedule": 60.0, "options": {"expires": 60},
     },
 }
 # Simulated executor: how many seconds of a job's work pass in one real second.
@@ -229,11 +272,21 @@ ALLOT_SAMPLE_SECONDS = env_int("ALLOT_SAMPLE_SECONDS", 60)
 # /metrics: when set, scrapers must send `Authorization: Bearer <token>`; empty: open (the usual for Prometheus).
 METRICS_TOKEN = env_str("ALLOT_METRICS_TOKEN", "") or env_str("METRICS_TOKEN", "")
 
+# ALLOT_LOG_FORMAT=json: one JSON object a line, with tick, cluster, job and host as fields (config/logs.py).
+LOG_FORMAT = env_str("ALLOT_LOG_FORMAT", "plain")
+if LOG_FORMAT not in {"plain", "json"}:
+    raise ImproperlyConfigured(f"ALLOT_LOG_FORMAT must be plain or json, not {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "config.logs.ContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"},
+        "json": {"()": "config.logs.JsonFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
+# Celery's worker and beat log through the handler above (JSON too), not a handler of their own.
+CELERY_WORKER_HIJACK_ROOT_LOGGER = LOG_FORMAT != "json"

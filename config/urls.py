@@ -5,6 +5,7 @@ from django.urls import include, path, register_converter
 from django.views.generic import RedirectView
 
 from config.converters import IdConverter
+from config.health import healthz, readyz
 from scheduler.metrics import metrics_view
 
 # Before the apps' URL modules are included: they use <id:pk>.
@@ -20,6 +21,8 @@ urlpatterns = [
     path("", include("budgets.urls")),
     path("", include("scheduler.urls")),
     path("metrics", metrics_view, name="metrics"),
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
     # Browsers ask for it on pages that name no icon (the admin's).
     path("favicon.ico", RedirectView.as_view(url=static("img/allot.svg"), permanent=True)),
 ]

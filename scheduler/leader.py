@@ -182,7 +182,7 @@ class Leadership:
             if self.database_lock.error:
                 self._set_status(f"paused: {self.database_lock.error}; retrying every tick")
             else:
-                self._set_status("standby: another scheduler holds the database lock")
+                self._set_status(f"standby: another {self.name} holds the database lock")
             return False
         if self.lease is not None:
             import redis
@@ -205,7 +205,7 @@ class Leadership:
     def _set_status(self, status: str) -> None:
         if status != self.status:
             (log.info if status == "leading" or status.startswith("standby") else log.warning)(
-                "scheduler %s: %s", holder_name(), status)
+                "%s %s: %s", self.name, holder_name(), status)
         self.status = status
 
     def release(self) -> None:

@@ -4,6 +4,7 @@ import logging
 
 from django.db import DatabaseError, close_old_connections
 
+from config.logs import log_context, new_tick_id
 from scheduler.leader import Leadership, holder_name
 from scheduler.tick import TickResult, run_tick
 from topology.models import Cluster
@@ -28,11 +29,12 @@ def tick_all(leadership: Leadership, *, clusters=None) -> list[TickResult]:
         if clusters:
             queryset = queryset.filter(name__in=clusters)
         for cluster in list(queryset):
-            try:
-                results.append(run_tick(cluster, leader=leader))
-            except DatabaseError as error:
-                log.error("tick on %s failed: %s", cluster.name, error)
-                close_old_connections()
+            with log_context(tick=new_tick_id(), cluster=cluster.name):
+                try:
+                    results.append(run_tick(cluster, leader=leader))
+                except DatabaseError as error:
+                    log.error("tick on %s failed: %s", cluster.name, error)
+                    close_old_connections()
         run_housekeeping()
     except DatabaseError as error:
         log.error("scheduler: database unavailable: %s", error)

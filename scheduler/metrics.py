@@ -5,7 +5,10 @@ histogram), so they behave as Prometheus expects across scheduler restarts.
 """
 
 import hmac
+import platform
 from collections import defaultdict
+from datetime import timedelta
+from importlib import metadata
 
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
@@ -15,6 +18,7 @@ from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
+    InfoMetricFamily,
 )
 
 from scheduler.choices import LIVE_STATES, EventKind, JobState
@@ -32,6 +36,39 @@ PREEMPTION_CAUSES = {
     "defrag": Q(cause="defrag"),
     "max_runtime": Q(cause="max_runtime"),
 }
+# Seconds from submission to first start (Prometheus buckets: le).
+WAIT_BUCKETS = (10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 24 * 3600, 3 * 86400, 7 * 86400)
+ENDS = {"completed": JobState.COMPLETED, "failed": JobState.FAILED, "cancelled": JobState.CANCELLED,
+        "preempted": JobState.PREEMPTED}
+# Why a job waits, from the text the core wrote (scheduler/core/engine.py `_reason`), first match wins.
+REASON_KINDS = (
+    ("preempting", ("preempting ",)),
+    ("preempted_leaving", ("waiting for the jobs it preempted",)),
+    ("defragmenting", ("being moved out of",)),
+    ("never_fits", ("the largest healthy host", "the cluster has ", "no MIG GPU")),
+    ("unallocated", ("runs unallocated",)),
+    ("no_allocation", ("has no allocation on this cluster",)),
+    ("entitled", ("entitled to keep their GPUs",)),
+    ("reservation", ("held for job", "reserved")),
+    ("fair_share", ("waiting behind project",)),
+)
+
+
+def reason_kind(reason: str) -> str:
+    """A pending job's reason as one of a few kinds, for `allot_pending_*_by_reason` ("no_room" otherwise)."""
+    if not reason:
+        return "not_yet_ticked"
+    for kind, markers in REASON_KINDS:
+        if any(marker in reason for marker in markers):
+            return kind
+    return "no_room"
+
+
+def build_version() -> str:
+    try:
+        return metadata.version("allot")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class AllotCollector:
@@ -41,11 +78,137 @@ class AllotCollector:
         clusters = {cluster.pk: cluster for cluster in Cluster.objects.order_by("name")}
         names = {pk: cluster.name for pk, cluster in clusters.items()}
         yield from self._gpus(names)
+        yield from self._units(clusters)
         yield from self._jobs()
+        yield from self._pending_reasons()
+        yield from self._waits()
+        yield from self._job_counters(names)
+        yield from self._job_gpus()
         yield from self._ticks(clusters)
         yield from self._preemptions(names)
         yield from self._hosts(names)
         yield from self._xids()
+        yield from self._build()
+
+    @staticmethod
+    def _build():
+        import django
+
+        info = InfoMetricFamily("allot_build", "The running Allot: version, Python, Django.")
+        info.add_metric([], {"version": build_version(), "python": platform.python_version(),
+                             "django": django.get_version()})
+        yield info
+
+    @staticmethod
+    def _units(clusters):
+        """Per unit (projects and every unit above them): GPUs held now, allocated and unallocated, and the GPUs
+        its share entitles it to (share of the cluster × healthy GPUs)."""
+        from budgets.models import Unit
+        from budgets.selectors import unit_shares
+
+        parents = dict(Unit.objects.values_list("pk", "parent_id"))
+        names = dict(Unit.objects.values_list("pk", "name"))
+        in_use = GaugeMetricFamily("allot_unit_gpus_in_use", "GPUs held by the unit's jobs now, subtree included "
+                                   "(fractions in milli-GPU precision).", labels=["cluster", "unit", "allocation"])
+        entitled = GaugeMetricFamily("allot_unit_entitled_gpus", "GPUs the unit's share entitles it to: its "
+                                     "fraction of the cluster × healthy GPUs.", labels=["cluster", "unit"])
+        held = defaultdict(lambda: [0, 0])  # (cluster id, unit id) -> [allocated milli, unallocated milli]
+        for cluster_id, project_id, allocated, milli in (
+            GpuAssignment.objects.filter(released_at__isnull=True)
+            .annotate(cluster_id=F("job__cluster_id"), project_id=F("job__project_id"),
+                      allocated=Q(job__min_runtime__gt=0))
+            .values_list("cluster_id", "project_id", "allocated").annotate(milli=Sum("milli")).order_by()
+        ):
+            unit = project_id
+            while unit is not None:
+                held[(cluster_id, unit)][0 if allocated else 1] += milli
+                unit = parents.get(unit)
+        for cluster in clusters.values():
+            healthy = cluster.gpu_counts()["healthy"]
+            for row in unit_shares(cluster, healthy):
+                allocated, unallocated = held.get((cluster.pk, row.unit.pk), (0, 0))
+                in_use.add_metric([cluster.name, names[row.unit.pk], "allocated"], allocated / 1000)
+                in_use.add_metric([cluster.name, names[row.unit.pk], "unallocated"], unallocated / 1000)
+                entitled.add_metric([cluster.name, names[row.unit.pk]],
+                                    round(row.fraction_of_cluster * healthy, 3))
+        yield in_use
+        yield entitled
+
+    @staticmethod
+    def _pending_reasons():
+        jobs = GaugeMetricFamily("allot_pending_jobs_by_reason", "Jobs waiting to start, by why they wait.",
+                                 labels=["cluster", "reason"])
+        gpus = GaugeMetricFamily("allot_pending_gpus_by_reason", "GPUs asked for by waiting jobs, by why they wait.",
+                                 labels=["cluster", "reason"])
+        counts = defaultdict(lambda: [0, 0])
+        for cluster, reason, count, asked in (
+            Job.objects.filter(state=JobState.PENDING).values_list("cluster__name", "pending_reason")
+            .annotate(count=Count("id"), asked=Sum("gpus")).order_by()
+        ):
+            row = counts[(cluster, reason_kind(reason))]
+            row[0] += count
+            row[1] += asked or 0
+        for (cluster, kind), (count, asked) in sorted(counts.items()):
+            jobs.add_metric([cluster, kind], count)
+            gpus.add_metric([cluster, kind], asked)
+        yield jobs
+        yield gpus
+
+    @staticmethod
+    def _waits():
+        """Submission to first start of every job that started, by class (allocated or not) and priority."""
+        histogram = HistogramMetricFamily("allot_job_wait_seconds", "Seconds from submission to first start.",
+                                          labels=["cluster", "class", "priority"])
+        waited = F("started_at") - F("submitted_at")
+        buckets = {f"le_{bound}": Count("id", filter=Q(started_at__lte=F("submitted_at") + timedelta(seconds=bound)))
+                   for bound in WAIT_BUCKETS}
+        for row in (
+            Job.objects.filter(started_at__isnull=False).annotate(allocated=Q(min_runtime__gt=0))
+            .values("cluster__name", "allocated", "priority")
+            .annotate(count=Count("id"), total=Sum(waited), **buckets)
+            .order_by("cluster__name", "allocated", "priority")
+        ):
+            points = [(str(bound), row[f"le_{bound}"]) for bound in WAIT_BUCKETS] + [("+Inf", row["count"])]
+            total = row["total"]
+            seconds = total.total_seconds() if isinstance(total, timedelta) else float(total or 0) / 1e6
+            histogram.add_metric([row["cluster__name"], "allocated" if row["allocated"] else "unallocated",
+                                  row["priority"]], points, max(0.0, seconds))
+        yield histogram
+
+    @staticmethod
+    def _job_counters(names):
+        starts = CounterMetricFamily("allot_job_starts", "Job runs started (a requeued job starts again).",
+                                     labels=["cluster"])
+        ends = CounterMetricFamily("allot_job_ends", "Jobs that ended, by outcome.", labels=["cluster", "outcome"])
+        started = dict(JobEvent.objects.filter(kind=EventKind.START).values("job__cluster_id")
+                       .annotate(n=Count("id")).values_list("job__cluster_id", "n").order_by())
+        ended = {
+            row["cluster_id"]: row
+            for row in Job.objects.values("cluster_id").annotate(
+                **{outcome: Count("id", filter=Q(state=state)) for outcome, state in ENDS.items()}).order_by()
+        }
+        for cluster_id, name in names.items():
+            starts.add_metric([name], started.get(cluster_id, 0))
+            row = ended.get(cluster_id, {})
+            for outcome in ENDS:
+                ends.add_metric([name, outcome], row.get(outcome, 0))
+        yield starts
+        yield ends
+
+    @staticmethod
+    def _job_gpus():
+        """One series per GPU a live job holds, to join with DCGM's exporter on `UUID` (or `Hostname`, `gpu`):
+        `DCGM_FI_DEV_GPU_UTIL * on(UUID) group_left(job, project) allot_job_gpu_info`."""
+        info = GaugeMetricFamily("allot_job_gpu_info", "1 for each GPU (or share of one) a live job holds.",
+                                 labels=["cluster", "job", "project", "user", "Hostname", "gpu", "UUID", "milli"])
+        for cluster, job, project, user, host, index, uuid, milli in (
+            GpuAssignment.objects.filter(released_at__isnull=True)
+            .values_list("job__cluster__name", "job_id", "job__project__name", "job__user__username",
+                         "gpu__host__name", "gpu__index", "gpu__uuid", "milli")
+            .order_by("job__cluster__name", "job_id", "gpu__host__name", "gpu__index")
+        ):
+            info.add_metric([cluster, str(job), project, user, host, str(index), uuid, str(milli)], 1)
+        yield info
 
     @staticmethod
     def _gpus(names):
@@ -76,6 +239,17 @@ class AllotCollector:
                                  ("unavailable", unavailable)):
                 gpus.add_metric([name, state], value)
         yield gpus
+        # Whole free GPUs per NVLink domain (the cluster page's bar chart): healthy, on an up host, unheld.
+        domains = GaugeMetricFamily("allot_domain_free_gpus", "Whole GPUs free in each NVLink domain.",
+                                    labels=["cluster", "domain"])
+        for cluster_id, domain, free in (
+            Gpu.objects.values_list("host__domain__cluster_id", "host__domain__name")
+            .annotate(free=Count("id", filter=Q(health=GpuHealth.OK, host__state=HostState.UP, allocated_milli=0)))
+            .order_by("host__domain__cluster_id", "host__domain__name")
+        ):
+            if cluster_id in names:
+                domains.add_metric([names[cluster_id], domain], free)
+        yield domains
 
     @staticmethod
     def _jobs():

@@ -177,6 +177,7 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
         ),
         cause=start.reason[:200],
     )
+    log.info("job %s started on %s", job_pk, ", ".join(hosts), extra={"job": job_pk, "host": ",".join(hosts)})
     return True
 
 
@@ -204,6 +205,7 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
         detail=f"{preemption.reason} (SIGTERM now, SIGKILL after {format_duration(preemption.grace)}; "
                f"{'requeues' if preemption.requeue else 'does not requeue'})",
     )
+    log.info("job %s preempted: %s", job_pk, preemption.cause, extra={"job": job_pk})
     return True
 
 

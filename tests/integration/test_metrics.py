@@ -134,7 +134,8 @@ def test_a_token_can_close_it(busy, client, settings):
 def test_a_scrape_costs_the_same_few_queries_whatever_the_number_of_jobs(busy, client, django_assert_max_num_queries):
     for _ in range(30):
         make_job(gpus=1, min_runtime=600, state="pending")
-    with django_assert_max_num_queries(12):
+    # Per scrape: a few grouped queries per family and per cluster, none per job, host or unit.
+    with django_assert_max_num_queries(24):
         client.get("/metrics")
 
 
@@ -149,3 +150,79 @@ def test_the_metrics_token_is_read_from_allot_metrics_token():
     out = subprocess.run([sys.executable, "-c", "from django.conf import settings; print(settings.METRICS_TOKEN)"],
                          env=env, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "scrape-me"
+
+
+def test_per_unit_gpus_in_use_and_entitled_roll_up_the_tree(busy, client):
+    families = scrape(client)
+    in_use, entitled = families["allot_unit_gpus_in_use"], families["allot_unit_entitled_gpus"]
+    assert one(in_use, cluster="gb200-east", unit="olmo", allocation="allocated") == 8.25
+    assert one(in_use, cluster="gb200-east", unit="tulu", allocation="unallocated") == 4
+    assert one(in_use, cluster="gb200-east", unit="nlp", allocation="allocated") == 8.25
+    assert one(in_use, cluster="gb200-east", unit="nlp", allocation="unallocated") == 4
+    assert one(in_use, cluster="gb200-east", unit="molmo", allocation="allocated") == 0
+    healthy = busy.gpu_counts()["healthy"]
+    assert one(entitled, cluster="gb200-east", unit="nlp") == pytest.approx(0.6 * healthy, abs=0.001)
+    assert one(entitled, cluster="gb200-east", unit="olmo") == pytest.approx(0.6 * 0.55 * healthy, abs=0.001)
+
+
+def test_pending_by_reason_kind_after_a_tick(busy, client):
+    from scheduler.tick import run_tick
+
+    make_job(gpus=4096, min_runtime=7200, state="pending")  # more than the cluster has: it never fits
+    run_tick(busy)
+    families = scrape(client)
+    jobs, gpus = families["allot_pending_jobs_by_reason"], families["allot_pending_gpus_by_reason"]
+    assert one(jobs, cluster="gb200-east", reason="never_fits") == 1
+    assert one(gpus, cluster="gb200-east", reason="never_fits") == 4096
+    assert sum(s.value for s in jobs.samples) == sum(s.value for s in families["allot_pending_jobs"].samples)
+    assert {s.labels["reason"] for s in jobs.samples} <= {
+        "preempting", "preempted_leaving", "defragmenting", "never_fits", "unallocated", "no_allocation", "entitled",
+        "reservation", "fair_share", "no_room"}
+
+
+def test_waits_starts_and_ends_are_cumulative(busy, client):
+    now = timezone.now()
+    waited = make_job(gpus=1, min_runtime=600, on_hosts=["hgx-02-h01"], started=now)
+    waited.submitted_at = now - timedelta(seconds=45)
+    waited.save(update_fields=["submitted_at"])
+    JobEvent.objects.create(job=waited, kind=EventKind.START, actor="scheduler")
+    make_job(gpus=1, min_runtime=600, state="completed")
+    make_job(gpus=1, min_runtime=600, state="failed")
+    families = scrape(client)
+    wait = families["allot_job_wait_seconds"]
+    assert wait.type == "histogram"
+    assert one(wait, "allot_job_wait_seconds_bucket", le="30", **{"class": "allocated"}, priority="normal") == 2
+    assert one(wait, "allot_job_wait_seconds_bucket", le="60", **{"class": "allocated"}, priority="normal") == 3
+    assert one(wait, "allot_job_wait_seconds_count", **{"class": "allocated"}, priority="normal") == 3
+    assert one(wait, "allot_job_wait_seconds_count", **{"class": "unallocated"}, priority="normal") == 1
+    assert one(wait, "allot_job_wait_seconds_sum", **{"class": "allocated"}, priority="normal") == pytest.approx(
+        45, abs=2)
+    assert one(families["allot_job_starts"], cluster="gb200-east") == 1
+    ends = families["allot_job_ends"]
+    assert ends.type == "counter"
+    assert one(ends, outcome="completed") == 1
+    assert one(ends, outcome="failed") == 1
+    assert one(ends, outcome="cancelled") == 0
+
+
+def test_each_gpu_a_live_job_holds_is_one_series_to_join_with_dcgm(busy, client):
+    from topology.models import Gpu
+
+    Gpu.objects.filter(host__name="hgx-01-h01", index=0).update(uuid="GPU-5fd4c8a2-0000-0000-0000-000000000000")
+    info = scrape(client)["allot_job_gpu_info"]
+    assert len(info.samples) == 8 + 4 + 1
+    sample = next(s for s in info.samples if s.labels["UUID"].startswith("GPU-5fd4c8a2"))
+    assert sample.labels["Hostname"] == "hgx-01-h01"
+    assert sample.labels["gpu"] == "0"
+    assert sample.labels["project"] == "olmo"
+    assert sample.value == 1
+
+
+def test_build_info(client, db):
+    import django
+
+    info = scrape(client)["allot_build_info"]
+    (sample,) = info.samples
+    assert sample.name == "allot_build_info"
+    assert sample.labels["django"] == django.get_version()
+    assert sample.labels["version"]

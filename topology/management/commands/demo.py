@@ -1,4 +1,3 @@
-from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -6,7 +5,7 @@ from django.core.management.base import BaseCommand, CommandError
 from budgets.loaders import load_org_file
 from topology.loaders import LoadError, load_cluster_file
 
-DEMO_DIR = Path(settings.BASE_DIR) / "demo"
+DEMO_DIR = settings.DEMO_DIR
 DEMO_PASSWORD = "allot-demo"
 
 
