@@ -53,6 +53,10 @@ class Policy:
     defrag_max_migrations_per_hour: int = 4
     # How many pending jobs may hold a reservation at once (rule 5).
     max_reservations: int = 1
+    # Seconds a job holds its GPUs after each restart before it makes progress again (loading a checkpoint,
+    # warming up), for jobs that do not give their own (`restart_overhead` of the job). Part of what a
+    # preemption costs (rule 4 weighs it with the work since the last checkpoint).
+    restart_overhead: float = 300
     # Rule 8's reasons, queue positions and estimated starts for waiting jobs. The live tick keeps them;
     # the simulator, which reads none of them, turns them off (`Decisions.pending` is then empty). The
     # decisions themselves (starts, preemptions, reservations, host changes) are the same either way.
@@ -153,6 +157,9 @@ class PendingJob:
     mig_profile: str = ""
     # Times it was preempted (requeued) so far: its next run is protected longer (`protection`).
     preemptions: int = 0
+    # Seconds it holds its GPUs after a restart before it makes progress (None: the policy's
+    # `restart_overhead`).
+    restart_overhead: float | None = None
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -195,6 +202,9 @@ class RunningJob:
     mig_start: int | None = None
     # Times it was preempted before this run started: this run is protected longer (`protection`).
     preemptions: int = 0
+    # Seconds it holds its GPUs after a restart before it makes progress (None: the policy's
+    # `restart_overhead`).
+    restart_overhead: float | None = None
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -217,6 +227,11 @@ def protection(min_runtime: float, preemptions: int, policy: Policy) -> float:
         return 0.0
     grown = min_runtime * (1 << min(preemptions, 32))
     return max(min_runtime, min(grown, policy.max_min_runtime))
+
+
+def restart_overhead(job: RunningJob | PendingJob, policy: Policy) -> float:
+    """Seconds the job holds its GPUs after a restart before it makes progress again: its own, else the policy's."""
+    return policy.restart_overhead if job.restart_overhead is None else job.restart_overhead
 
 
 def protected_until(job: RunningJob, policy: Policy) -> float:
