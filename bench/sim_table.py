@@ -93,14 +93,18 @@ def workload(name: str, *, quick: bool, traces: str | None) -> tuple:
 
 
 def run_one(task: tuple) -> dict:
-    name, policy, quick, traces, out = task
+    name, policy, quick, traces, out, overhead = task
     _setup()
+    from dataclasses import replace
+
     from scheduler.sim.checks import check_result
     from scheduler.sim.engine import simulate
     from scheduler.sim.output import write_all
     from scheduler.sim.policies import decision_function
 
     cluster, units, jobs, faults, until, description = workload(name, quick=quick, traces=traces)
+    if overhead is not None:
+        cluster = replace(cluster, policy=replace(cluster.policy, restart_overhead=overhead))
     began_cpu = time.process_time()
     result = simulate(cluster, units, jobs, decide=decision_function(policy), policy_name=policy, faults=faults,
                       until=until)
@@ -310,6 +314,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write each run's files under this folder")
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--only", nargs="*", default=None, help="workloads to run")
+    parser.add_argument("--policies", nargs="*", default=None, help=f"policies to run (default: {', '.join(POLICIES)})")
+    parser.add_argument("--restart-overhead", type=float, default=None,
+                        help="seconds every restart costs, for every workload (default: each cluster's policy, "
+                             "300 s unless it says otherwise); 0 is the simulator before restarts were charged")
     parser.add_argument("--render", default=None, help="print the table of a saved --json output instead of running")
     args = parser.parse_args(argv)
     if args.render:
@@ -323,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     began = time.perf_counter()
     names = args.only or ["ai2-month", "nvl72-small", "nvl72-large", "philly", "openb", "speed-1024"]
-    tasks = [(name, policy, args.quick, args.traces, args.out)
-             for name in names for policy in (("allot",) if name == "speed-1024" else POLICIES)]
+    tasks = [(name, policy, args.quick, args.traces, args.out, args.restart_overhead)
+             for name in names for policy in (("allot",) if name == "speed-1024" else (args.policies or POLICIES))]
     # The speed run first, alone in its process as far as possible; the longest runs next.
     order = {"speed-1024": 0, "ai2-month": 1, "philly": 2, "openb": 3, "nvl72-small": 4, "nvl72-large": 5}
     tasks.sort(key=lambda t: (order.get(t[0], 9), POLICIES.index(t[1])))

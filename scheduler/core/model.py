@@ -35,6 +35,8 @@ RUNNING = "running"
 PREEMPTING = "preempting"
 
 WHOLE_GPU_MILLI = 1000
+# The longest restart overhead a job may give (seconds; one day): the API's and the workload file's limit.
+MAX_RESTART_OVERHEAD = 86400
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.core.model import ANY, DOMAIN, PREFERRED, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, WHOLE_GPU_MILLI
+from scheduler.core.model import (
+    ANY,
+    DOMAIN,
+    MAX_RESTART_OVERHEAD,
+    PREFERRED,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    WHOLE_GPU_MILLI,
+)
 
 REQUIRED = ("job_id", "submit", "project", "gpus", "min_runtime", "resumable", "duration")
 OPTIONAL = ("user", "gpus_per_host", "gpu_milli", "gpu_type", "topology", "checkpoint_every", "priority", "cpus",
@@ -23,8 +32,6 @@ COLUMNS = REQUIRED + OPTIONAL
 PRIORITIES = {"low": PRIORITY_LOW, "normal": PRIORITY_NORMAL, "high": PRIORITY_HIGH}
 PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
 TOPOLOGIES = (ANY, DOMAIN, PREFERRED)
-# The longest restart overhead a job may give (seconds): the API's limit too.
-MAX_RESTART_OVERHEAD = 86400
 TRUE = {"1", "true", "yes"}
 FALSE = {"0", "false", "no"}
 

@@ -82,3 +82,17 @@ def test_a_preemption_is_wasted_when_its_preemptor_does_not_start_within_grace_a
     result.preemptions_for.append((result.end - 5, "b", "u", 10))  # deadline after the end
     assert wasted_preemptions(result) == {"share": pytest.approx(1 / 3, abs=1e-6), "wasted": 1, "on_behalf": 3,
                                           "undecided": 1}
+
+
+def test_the_workload_file_takes_an_optional_restart_overhead_column():
+    from scheduler.sim.workload import WorkloadError, parse_workload_text, workload_rows
+
+    header = "job_id,submit,project,gpus,min_runtime,resumable,duration"
+    jobs = parse_workload_text(f"{header},restart_overhead\na,0,p,1,0,1,60,900\nb,0,p,1,0,1,60,\n")
+    assert [j.restart_overhead for j in jobs] == [900, None]
+    assert workload_rows(jobs)[1][-1] == "900" and workload_rows(jobs)[2][-1] == ""
+    assert parse_workload_text(f"{header}\na,0,p,1,0,1,60\n")[0].restart_overhead is None
+    with pytest.raises(WorkloadError, match=r"row 1 .*column restart_overhead: 86401 must be at most 86400"):
+        parse_workload_text(f"{header},restart_overhead\na,0,p,1,0,1,60,86401\n")
+    with pytest.raises(WorkloadError, match=r"column restart_overhead: -5 must be at least 0"):
+        parse_workload_text(f"{header},restart_overhead\na,0,p,1,0,1,60,-5\n")
