@@ -411,7 +411,7 @@ class Shape:
     # Share of all jobs that are unallocated, and the GPU time they offer (× the cluster's).
     unallocated: float
     unallocated_load: float
-    # Jobs in the month; allocated work offered (× the GPUs) and the backlog at the start.
+    # Jobs in 30 days (fewer in a shorter run); allocated work offered (× the GPUs) and the backlog at the start.
     jobs: int
     load: float = 1.0
     backlog: float = 1.5
@@ -497,7 +497,8 @@ def family_month(shape: str, seed: int, *, days: float = 30) -> Workload:
         return at
 
     kinds = {"debug": 0.4, "experiment": 0.45, "training": 0.15}
-    allocated_jobs = int(spec.jobs * (1 - spec.unallocated))
+    count_all = int(round(spec.jobs * days / 30))
+    allocated_jobs = int(count_all * (1 - spec.unallocated))
     weights = {p: share_of[p] * rng.uniform(0.6, 2.0) for p in project_names}  # demand ∝ share × appetite
     total_weight = sum(weights.values())
     arrivals: list[tuple[float, str, str]] = []
@@ -506,7 +507,7 @@ def family_month(shape: str, seed: int, *, days: float = 30) -> Workload:
             count = int(round(allocated_jobs * part * weights[project] / total_weight))
             for when in _times(rng, count, span, rate(project), spec.burst):
                 arrivals.append((when, kind, project))
-    for when in _times(rng, spec.jobs - allocated_jobs, span):
+    for when in _times(rng, count_all - allocated_jobs, span):
         arrivals.append((when, "unallocated", rng.choice([*project_names, "sandbox", "sandbox"])))
     early: list[tuple[float, str, str]] = []
     asked = 0

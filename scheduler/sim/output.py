@@ -75,14 +75,31 @@ def held_and_lost(result: Result) -> dict[str, tuple[float, float, float]]:
 
 
 def goodput(result: Result) -> dict:
-    """GPU-seconds of work kept ÷ GPU-seconds held, overall and per project (lost work and overhead count against)."""
+    """GPU-seconds of work kept ÷ GPU-seconds held (lost work and restart overhead count against it).
+
+    Overall, per project, for allocated and unallocated jobs apart, and the worst project with an allocation
+    (projects that run unallocated work only are shown per project but are not the worst: their jobs are
+    preemptible by contract).
+    """
     per = held_and_lost(result)
     held = sum(v[0] for v in per.values())
     lost = sum(v[1] for v in per.values())
     projects = {project: _round((h - lo) / h) for project, (h, lo, _) in per.items() if h > 0}
-    worst = min(projects.items(), key=lambda item: (item[1], item[0])) if projects else (None, None)
+    allocated = {p: v for p, v in projects.items() if p in result.tracker.shares} or projects
+    worst = min(allocated.items(), key=lambda item: (item[1], item[0])) if allocated else (None, None)
+    classes = {True: [0.0, 0.0], False: [0.0, 0.0]}
+    end = result.end
+    for run in result.runs:
+        h, lo = run.held, run.lost
+        if run.running is not None and run.job.gpus:
+            h += run.amount * max(0.0, end - run.start)
+            lo += run.amount * max(0.0, min(end, run.progress_from) - run.start)
+        classes[run.job.allocated][0] += h
+        classes[run.job.allocated][1] += lo
+    by_class = {("allocated" if key else "unallocated"): _round((h - lo) / h) if h else None
+                for key, (h, lo) in classes.items()}
     return {"overall": _round((held - lost) / held) if held else None, "worst": worst[1],
-            "worst_project": worst[0], "per_project": projects}
+            "worst_project": worst[0], **by_class, "per_project": projects}
 
 
 def preemptions_per_job(result: Result) -> dict:

@@ -58,6 +58,7 @@ def test_goodput_is_work_kept_over_gpu_time_held_overall_and_per_project():
     assert goodput["overall"] == pytest.approx(48_000 / 52_440, abs=1e-6)
     assert goodput["per_project"] == {"p": 1.0, "q": pytest.approx(40_000 / 44_440, abs=1e-6)}
     assert goodput["worst_project"] == "q"
+    assert (goodput["allocated"], goodput["unallocated"]) == (1.0, pytest.approx(40_000 / 44_440, abs=1e-6))
     # The GPU time held is the occupancy's: nothing is left out of the denominator.
     result = _two_preemptions()
     assert sum(result.tracker.gpu_seconds()[k] for k in ("allocated", "unallocated")) == pytest.approx(52_440)
