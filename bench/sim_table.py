@@ -10,7 +10,7 @@ files (default ../shared/traces/), the speed run (30 days, 1,024 GPUs,
 worst figure per measure is reported beside the shipped workloads. Every
 restart costs the cluster's `restart_overhead` (300 s unless it says
 otherwise; `--restart-overhead 0` is the simulator before restarts cost).
- Policies: allot, fifo, priority, node-level, each
+Policies: allot, fifo, priority, node-level, each
 run by the same simulator (`scheduler/sim`), over 2 processes. Every run's
 event log is checked for consistency (`scheduler/sim/checks.py`).
 
