@@ -115,16 +115,21 @@ def preemptions_per_job(result: Result) -> dict:
 
 
 def wasted_preemptions(result: Result) -> dict:
-    """Preemptions on behalf of a job after which that job did not start within the victim's grace + two ticks.
+    """Preemptions on behalf of a job after which that job did not start within the grace period + two ticks.
 
-    A preemption whose deadline falls after the end of the run is not judged (`undecided`); `share` is the
-    wasted ones over those judged.
+    The grace period is the plan's: the longest grace of the victims preempted for that job at that moment
+    (it starts when the last of them has left). A preemption whose deadline falls after the end of the run
+    is not judged (`undecided`); `share` is the wasted ones over those judged.
     """
     tick = result.cluster.policy.tick
     starts = {run.job.id: run.starts for run in result.runs}
-    wasted = judged = undecided = 0
+    plan_grace: dict[tuple[float, str], float] = {}
     for when, preemptor, _victim, grace in result.preemptions_for:
-        deadline = when + grace + 2 * tick
+        key = (when, preemptor)
+        plan_grace[key] = max(grace, plan_grace.get(key, 0.0))
+    wasted = judged = undecided = 0
+    for when, preemptor, _victim, _grace in result.preemptions_for:
+        deadline = when + plan_grace[(when, preemptor)] + 2 * tick
         times = starts.get(preemptor, [])
         i = bisect.bisect_left(times, when)
         if i < len(times) and times[i] <= deadline + 1e-9:

@@ -97,3 +97,16 @@ def test_the_workload_file_takes_an_optional_restart_overhead_column():
         parse_workload_text(f"{header},restart_overhead\na,0,p,1,0,1,60,86401\n")
     with pytest.raises(WorkloadError, match=r"column restart_overhead: -5 must be at least 0"):
         parse_workload_text(f"{header},restart_overhead\na,0,p,1,0,1,60,-5\n")
+
+
+def test_the_grace_a_preemptor_waits_for_is_its_plan_s_longest():
+    """A preemption of an unallocated victim (10 s grace) in the same plan as an allocated one (60 s): the
+    preemptor starts when both have left, 60 s later, and that is in time (60 + 2 × 10 s)."""
+    from scheduler.sim.output import wasted_preemptions
+
+    result = _two_preemptions()
+    result.preemptions_for[:] = [(1000, "a", "u", 10), (1000, "a", "other", 60)]
+    next(run for run in result.runs if run.job.id == "a").starts[:] = [1055]
+    assert wasted_preemptions(result)["wasted"] == 0
+    result.preemptions_for[:] = [(1000, "a", "u", 10)]
+    assert wasted_preemptions(result)["wasted"] == 1
