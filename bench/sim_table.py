@@ -4,8 +4,13 @@
 
 Workloads: the Ai2-like month and the two NVL72 mixes (workloads/, regenerated
 from their seeds if missing), a Philly and an openb replay built from the trace
-files (default ../shared/traces/), and the speed run (30 days, 1,024 GPUs,
-50,000 jobs; `allot` only). Policies: allot, fifo, priority, node-level, each
+files (default ../shared/traces/), the speed run (30 days, 1,024 GPUs,
+50,000 jobs; `allot` only), and the family of generated months (`family`:
+3 shapes × 5 seeds of `generators.family_month`, 256 GPUs, 14 days each) whose
+worst figure per measure is reported beside the shipped workloads. Every
+restart costs the cluster's `restart_overhead` (300 s unless it says
+otherwise; `--restart-overhead 0` is the simulator before restarts cost).
+Policies: allot, fifo, priority, node-level, each
 run by the same simulator (`scheduler/sim`), over 2 processes. Every run's
 event log is checked for consistency (`scheduler/sim/checks.py`).
 
@@ -45,6 +50,15 @@ ANCHORS = {
     "optimum": ("within 2 % of the optimum", 0.98),
     "speed": ("< 60 s", 60.0),
 }
+# The family of generated months (scheduler/sim/generators.py `family_month`): 3 shapes × 5 seeds, each run
+# over FAMILY_DAYS (shortened with --quick).
+FAMILY_DAYS = 14
+QUICK_FAMILY_DAYS = 4
+# Issue 18's targets.
+TARGETS = {
+    "family_owed_overall": 0.98, "family_owed_worst": 0.95, "family_goodput": 0.95, "wasted": 0.02,
+    "family_p99_allocated": 5, "ai2_goodput": 0.97, "ai2_goodput_worst": 0.95,
+}
 TRACES = Path(os.environ.get("ALLOT_TRACES") or ROOT.parent / "shared" / "traces")
 HELIOS = TRACES / "philly" / "helios_qssf_philly_results.csv"
 
@@ -70,6 +84,13 @@ def workload(name: str, *, quick: bool, traces: str | None) -> tuple:
     # Measures over the arrival span: jobs still running or waiting then count as such (no drain-out tail).
     spans = {"ai2-month": 30, "speed-1024": 30, "nvl72-small": 14, "nvl72-large": 14, "philly": 30, "openb": 2}
     quick_spans = {"ai2-month": 5, "speed-1024": 3, "nvl72-small": 4, "nvl72-large": 4, "philly": 7, "openb": 0.5}
+    if name.startswith("family-"):
+        shape, seed = name[len("family-"):].rsplit("-", 1)
+        days = QUICK_FAMILY_DAYS if quick else FAMILY_DAYS
+        made = generators.family_month(shape, int(seed), days=days)
+        cluster, units = load(made.cluster, made.org)
+        check_jobs(made.jobs, cluster, units)
+        return cluster, units, made.jobs, made.faults, days * DAY, made.description
     until = (quick_spans if quick else spans)[name] * DAY
     folder = ROOT / "workloads" / name
     if name not in ("philly", "openb") and (folder / "workload.csv").exists():
@@ -93,14 +114,18 @@ def workload(name: str, *, quick: bool, traces: str | None) -> tuple:
 
 
 def run_one(task: tuple) -> dict:
-    name, policy, quick, traces, out = task
+    name, policy, quick, traces, out, overhead = task
     _setup()
+    from dataclasses import replace
+
     from scheduler.sim.checks import check_result
     from scheduler.sim.engine import simulate
     from scheduler.sim.output import write_all
     from scheduler.sim.policies import decision_function
 
     cluster, units, jobs, faults, until, description = workload(name, quick=quick, traces=traces)
+    if overhead is not None:
+        cluster = replace(cluster, policy=replace(cluster.policy, restart_overhead=overhead))
     began_cpu = time.process_time()
     result = simulate(cluster, units, jobs, decide=decision_function(policy), policy_name=policy, faults=faults,
                       until=until)
@@ -156,8 +181,8 @@ def sec(value) -> str:
 COLUMNS = (
     ("workload", 12), ("policy", 10), ("occupancy", 9), ("alloc", 6), ("demand×", 7), ("owed all", 8),
     ("owed worst", 10), ("debug p90", 9), ("large head→start", 16), ("other p50", 9), ("other p90", 9),
-    ("mean wait", 9), ("preempt", 7), ("lost GPU-h", 10), ("strand16", 8), ("jobs done", 10), ("wall s", 7),
-    ("calls", 7),
+    ("mean wait", 9), ("preempt", 7), ("lost GPU-h", 10), ("goodput", 7), ("gp worst", 8), ("wasted", 6),
+    ("pre/job", 7), ("p99 alloc", 9), ("max", 4), ("strand16", 8), ("jobs done", 10), ("wall s", 7), ("calls", 7),
 )
 
 
@@ -174,9 +199,71 @@ def row_cells(result: dict) -> list[str]:
         result["workload"], result["policy"], pct(s["occupancy"]), pct(s["allocated_occupancy"]),
         f"{s['demand_ratio']:.2f}", pct(s["owed_delivered"]["overall"]), pct(s["owed_delivered"]["worst"]),
         sec(waits["debug"]["p90"]), head, sec(waits["other"]["p50"]), sec(waits["other"]["p90"]),
-        sec(result["mean_wait"]), str(s["preemptions"]), f"{s['lost_gpu_hours']:.0f}", pct(s["stranded"]["16"]),
+        sec(result["mean_wait"]), str(s["preemptions"]), f"{s['lost_gpu_hours']:.0f}", *cost_cells(s),
+        pct(s["stranded"]["16"]),
         f"{s['completed']}/{s['jobs']}", f"{s['wall_seconds']:.0f}", str(s["core_calls"]),
     ]
+
+
+def cost_cells(s: dict) -> list[str]:
+    """What preemptions cost: goodput overall and worst allocated project, wasted share, preemptions per job."""
+    good = s["goodput"]
+    per = s["preemptions_per_job"]
+    return [pct(good["overall"]), pct(good["worst"]), pct(s["wasted_preemptions"]["share"]),
+            "—" if per["all"]["mean"] is None else f"{per['all']['mean']:.2f}",
+            "—" if per["allocated"]["p99"] is None else str(per["allocated"]["p99"]),
+            "—" if per["all"]["max"] is None else str(per["all"]["max"])]
+
+
+def is_family(name: str) -> bool:
+    return name.startswith("family-")
+
+
+def family_worst(results: list[dict]) -> dict[str, dict]:
+    """Per policy, each measure's worst across the family's runs (and which member)."""
+    worst: dict[str, dict] = {}
+    for r in results:
+        if not is_family(r["workload"]):
+            continue
+        s = r["summary"]
+        values = {
+            "owed_overall": (s["owed_delivered"]["overall"], min), "owed_worst": (s["owed_delivered"]["worst"], min),
+            "occupancy": (s["occupancy"], min), "goodput": (s["goodput"]["overall"], min),
+            "goodput_worst": (s["goodput"]["worst"], min), "wasted": (s["wasted_preemptions"]["share"], max),
+            "p99_allocated": (s["preemptions_per_job"]["allocated"]["p99"], max),
+            "max_preemptions": (s["preemptions_per_job"]["all"]["max"], max),
+            "preemptions_per_job": (s["preemptions_per_job"]["all"]["mean"], max),
+            "debug_p90": (s["wait_seconds"]["debug"]["p90"], max), "lost_gpu_hours": (s["lost_gpu_hours"], max),
+        }
+        mine = worst.setdefault(r["policy"], {"runs": 0})
+        mine["runs"] += 1
+        for key, (value, pick) in values.items():
+            if value is None:
+                continue
+            if key not in mine or pick(value, mine[key][0]) != mine[key][0]:
+                mine[key] = (value, r["workload"])
+    return worst
+
+
+def family_lines(results: list[dict]) -> list[str]:
+    worst = family_worst(results)
+    if not worst:
+        return []
+    lines = ["the family of months: each measure's worst across its runs (member in brackets)"]
+    for policy in POLICIES:
+        w = worst.get(policy)
+        if not w:
+            continue
+
+        def show(key, fmt, w=w):
+            return f"{fmt(w[key][0])} [{w[key][1].removeprefix('family-')}]" if key in w else "—"
+        lines.append(f"  {policy:10s} {w['runs']} runs: owed all {show('owed_overall', pct)}, owed worst "
+                     f"{show('owed_worst', pct)}, occupancy {show('occupancy', pct)}, goodput "
+                     f"{show('goodput', pct)}, goodput worst project {show('goodput_worst', pct)}, wasted "
+                     f"{show('wasted', pct)}, p99 preemptions per allocated job {show('p99_allocated', str)}, "
+                     f"most preemptions of one job {show('max_preemptions', str)}, debug p90 "
+                     f"{show('debug_p90', sec)}")
+    return lines
 
 
 def render(results: list[dict], extra: dict, quick: bool) -> str:
@@ -191,6 +278,8 @@ def render(results: list[dict], extra: dict, quick: bool) -> str:
             lines.append("")
         previous = result["workload"]
         lines.append("  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True)))
+    lines.append("")
+    lines += family_lines(results)
     lines.append("")
     lines += ratio_lines(results)
     lines.append("")
@@ -210,7 +299,7 @@ def ratio_lines(results: list[dict]) -> list[str]:
     """allot / each baseline, for occupancy (GPU-hours delivered) and owed delivered."""
     index = by(results)
     lines = ["allot ÷ baseline: occupancy (GPU-hours held) | owed delivered overall | mean wait"]
-    for name in dict.fromkeys(r["workload"] for r in results):
+    for name in dict.fromkeys(r["workload"] for r in results if not is_family(r["workload"])):
         ours = index.get((name, "allot"))
         if ours is None:
             continue
@@ -258,6 +347,37 @@ def anchor_lines(results: list[dict], extra: dict, quick: bool) -> list[str]:
                      f"(Ai2: unbounded in practice). From first reaching the head, counting the time a less-served "
                      f"unit's job held the head in between: longest {sec(large['max_wait_from_head'])}, "
                      f"{len(large['over_bound'])} over; {len(large['at_head_not_started'])} at the head at the end")
+    if ai2:
+        good = ai2["summary"]["goodput"]
+        overhead = ai2["summary"].get("restart_overhead_seconds")
+        lines.append(f"  {bar(good['overall'] is not None and good['overall'] >= TARGETS['ai2_goodput'])} Ai2 month, "
+                     f"goodput {pct(good['overall'])} with a {overhead or 0:g} s restart overhead (target ≥ 97 %)")
+        worst_ok = good["worst"] is not None and good["worst"] >= TARGETS["ai2_goodput_worst"]
+        lines.append(f"  {bar(worst_ok)} Ai2 month, goodput of the worst project {good['worst_project']} "
+                     f"{pct(good['worst'])} (target ≥ 95 %)")
+    for name in dict.fromkeys(r["workload"] for r in results if not is_family(r["workload"])):
+        ours = index.get((name, "allot"))
+        if ours and name != "speed-1024":
+            wasted = ours["summary"]["wasted_preemptions"]
+            lines.append(f"  {bar(wasted['share'] <= TARGETS['wasted'])} {name}: wasted preemptions "
+                         f"{pct(wasted['share'])} ({wasted['wasted']} of {wasted['on_behalf']} on behalf of a job) "
+                         f"(target ≤ 2 %)")
+    family = family_worst(results).get("allot")
+    if family:
+        def met(key, ok):
+            return bar(ok(family[key][0])) if key in family else bar(None)
+        for key, label, ok, show in (
+            ("owed_overall", "owed delivered overall", lambda v: v >= TARGETS["family_owed_overall"], pct),
+            ("owed_worst", "owed delivered, worst project", lambda v: v >= TARGETS["family_owed_worst"], pct),
+            ("goodput", "goodput", lambda v: v >= TARGETS["family_goodput"], pct),
+            ("wasted", "wasted preemptions", lambda v: v <= TARGETS["wasted"], pct),
+            ("p99_allocated", "p99 preemptions per allocated job", lambda v: v <= TARGETS["family_p99_allocated"],
+             str),
+        ):
+            value = f"{show(family[key][0])} [{family[key][1]}]" if key in family else "—"
+            target = {"owed_overall": "≥ 98 %", "owed_worst": "≥ 95 %", "goodput": "≥ 95 %", "wasted": "≤ 2 %",
+                      "p99_allocated": "≤ 5"}[key]
+            lines.append(f"  {met(key, ok)} family ({family['runs']} runs), worst {label}: {value} (target {target})")
     small = (index.get(("nvl72-small", "allot")), index.get(("nvl72-small", "node-level")))
     if all(small):
         gain = small[0]["summary"]["occupancy"] / small[1]["summary"]["occupancy"] - 1
@@ -302,6 +422,12 @@ def anchor_lines(results: list[dict], extra: dict, quick: bool) -> list[str]:
     return lines
 
 
+def family_names() -> list[str]:
+    from scheduler.sim.generators import FAMILY_SEEDS, FAMILY_SHAPES, family_name
+
+    return [family_name(shape, seed) for shape in FAMILY_SHAPES for seed in FAMILY_SEEDS]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="shortened runs")
@@ -310,6 +436,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="write each run's files under this folder")
     parser.add_argument("--jobs", type=int, default=2, help="processes (default 2)")
     parser.add_argument("--only", nargs="*", default=None, help="workloads to run")
+    parser.add_argument("--policies", nargs="*", default=None, help=f"policies to run (default: {', '.join(POLICIES)})")
+    parser.add_argument("--restart-overhead", type=float, default=None,
+                        help="seconds every restart costs, for every workload (default: each cluster's policy, "
+                             "300 s unless it says otherwise); 0 is the simulator before restarts were charged")
     parser.add_argument("--render", default=None, help="print the table of a saved --json output instead of running")
     args = parser.parse_args(argv)
     if args.render:
@@ -322,9 +452,10 @@ def main(argv: list[str] | None = None) -> int:
               f"processes{' (--quick: shortened runs)' if saved.get('quick') else ''}")
         return 0
     began = time.perf_counter()
-    names = args.only or ["ai2-month", "nvl72-small", "nvl72-large", "philly", "openb", "speed-1024"]
-    tasks = [(name, policy, args.quick, args.traces, args.out)
-             for name in names for policy in (("allot",) if name == "speed-1024" else POLICIES)]
+    names = args.only or ["ai2-month", "nvl72-small", "nvl72-large", "philly", "openb", "speed-1024", "family"]
+    names = [member for name in names for member in (family_names() if name == "family" else [name])]
+    tasks = [(name, policy, args.quick, args.traces, args.out, args.restart_overhead)
+             for name in names for policy in (("allot",) if name == "speed-1024" else (args.policies or POLICIES))]
     # The speed run first, alone in its process as far as possible; the longest runs next.
     order = {"speed-1024": 0, "ai2-month": 1, "philly": 2, "openb": 3, "nvl72-small": 4, "nvl72-large": 5}
     tasks.sort(key=lambda t: (order.get(t[0], 9), POLICIES.index(t[1])))

@@ -44,6 +44,10 @@ class Job(models.Model):
     min_runtime = models.PositiveIntegerField(help_text="Seconds; 0 = unallocated (free, always preemptible).")
     resumable = models.BooleanField()
     max_runtime = models.PositiveIntegerField(null=True, blank=True, help_text="Seconds; empty: no limit.")
+    restart_overhead = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Seconds it holds its GPUs after each restart before it makes progress again (loading its "
+                  "checkpoint); empty: the cluster policy's restart_overhead.")
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
 
     # Where it stands.

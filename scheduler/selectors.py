@@ -28,6 +28,49 @@ def pending_demand(cluster) -> dict:
     return {**totals, "gpus": totals["allocated_gpus"] + totals["unallocated_gpus"]}
 
 
+def preemption_costs(cluster, *, now: datetime, hours: float = 24) -> dict:
+    """What preemptions cost over the last `hours` (issue 18's measures, as the simulator defines them).
+
+    Preemptions (other than a job's own maximum runtime) per job that ran in the span (mean and most of one
+    job), and the share of preemptions on behalf of a job after which that job did not start within the
+    victim's grace period + two ticks (only those whose deadline has passed are judged). Three queries.
+    """
+    from scheduler.choices import EventKind
+    from scheduler.models import JobEvent
+
+    since = now - timedelta(hours=hours)
+    events = JobEvent.objects.filter(job__cluster=cluster, at__gte=since, at__lte=now)
+    preempts = list(events.filter(kind=EventKind.PREEMPT).exclude(cause="max_runtime")
+                    .values_list("job_id", "at", "cause", "job__min_runtime"))
+    ran = set(events.filter(kind=EventKind.START).values_list("job_id", flat=True))
+    ran |= set(Job.objects.filter(cluster=cluster, state__in=LIVE_STATES, run_started_at__lt=since)
+               .values_list("pk", flat=True))
+    ran |= {job_id for job_id, *_ in preempts}
+    per_job: dict[int, int] = defaultdict(int)
+    for job_id, *_ in preempts:
+        per_job[job_id] += 1
+    preemptors = {int(cause[4:]) for _, _, cause, _ in preempts if cause.startswith("job:") and cause[4:].isdigit()}
+    starts: dict[int, list[datetime]] = defaultdict(list)
+    for job_id, at in (JobEvent.objects.filter(job_id__in=preemptors, kind=EventKind.START, at__gte=since)
+                       .order_by("at").values_list("job_id", "at")):
+        starts[job_id].append(at)
+    judged = wasted = 0
+    for _, at, cause, victim_min_runtime in preempts:
+        if not (cause.startswith("job:") and cause[4:].isdigit()):
+            continue
+        grace = cluster.grace_period_seconds if victim_min_runtime > 0 else cluster.unallocated_grace_seconds
+        deadline = at + timedelta(seconds=grace + 2 * cluster.tick_seconds)
+        started = any(at <= start <= deadline for start in starts.get(int(cause[4:]), ()))
+        if started or deadline <= now:
+            judged += 1
+            wasted += 0 if started else 1
+    return {
+        "hours": hours, "preemptions": len(preempts), "jobs": len(ran),
+        "per_job": len(preempts) / len(ran) if ran else 0.0, "max": max(per_job.values(), default=0),
+        "on_behalf": judged, "wasted": wasted, "wasted_share": wasted / judged if judged else 0.0,
+    }
+
+
 def latest_tick(cluster) -> Tick | None:
     return Tick.objects.filter(cluster=cluster).order_by("-started_at", "-id").first()
 

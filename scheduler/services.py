@@ -54,6 +54,8 @@ class JobRequest:
     gpu_milli: int = 1000
     topology: str = Topology.ANY
     max_runtime: int | None = None
+    # Seconds after each restart before the job makes progress; None: the cluster policy's.
+    restart_overhead: int | None = None
     priority: str = Priority.NORMAL
     cpus: int = 0
     memory_gib: int = 0
@@ -274,7 +276,8 @@ def job_submit(*, user, request: JobRequest, at: datetime | None = None) -> Job:
         gpus=request.gpus, gpus_per_host=request.gpus_per_host, gpu_type=request.gpu_type,
         gpu_milli=request.gpu_milli, topology=request.topology, cpus=request.cpus, memory_gib=request.memory_gib,
         min_runtime=request.min_runtime, resumable=request.resumable, max_runtime=request.max_runtime,
-        priority=request.priority, submitted_at=at, simulated_duration=request.simulated_duration,
+        restart_overhead=request.restart_overhead, priority=request.priority, submitted_at=at,
+        simulated_duration=request.simulated_duration,
         mig_profile=request.mig_profile, pending_reason="waiting for the next scheduling tick",
         workdir=request.workdir, env=request.env or {},
     )

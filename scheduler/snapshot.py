@@ -117,7 +117,7 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
     job_fields = [
         "pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type", "topology",
         "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "submitted_at", "mig_profile",
-        "preemptions",
+        "preemptions", "restart_overhead",
     ]
     running = []
     for row in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).values(
@@ -139,6 +139,7 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
             mig_start=instances[row["pk"]][1] if row["pk"] in instances else None,
             # A job being preempted already counts this preemption; its protection no longer matters.
             preemptions=row["preemptions"] - (1 if row["stop_cause"] and row["preemptions"] else 0),
+            restart_overhead=row["restart_overhead"],
         ))
     pending = []
     pending_fields = {}
@@ -159,6 +160,7 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
             memory_gib=row["memory_gib"], earmarked_gpus=earmarks.get(row["pk"], ()),
             mig_profile=row["mig_profile"] if row["gpus"] == 1 else "",
             preemptions=row["preemptions"], requeued_at=seconds(row["requeued_at"]),
+            restart_overhead=row["restart_overhead"],
         ))
 
     migrations = tuple(

@@ -49,6 +49,9 @@ class Cluster(models.Model):
     fast_lane_gpus = models.PositiveIntegerField(default=0)
     fast_lane_max_min_runtime_seconds = models.PositiveIntegerField(default=15 * 60)
     heartbeat_timeout_seconds = models.PositiveIntegerField(default=90)
+    restart_overhead_seconds = models.PositiveIntegerField(
+        default=300, help_text="Seconds a job holds its GPUs after each restart before it makes progress again, for "
+                               "jobs that give none (what a preemption costs beyond the work since the checkpoint).")
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.AGENT)
     # Agents never run a job as uid 0 (an account mapped to root, or a single-user agent running as root)
     # unless this is set.
@@ -90,6 +93,7 @@ class Cluster(models.Model):
             fast_lane_gpus=self.fast_lane_gpus,
             fast_lane_max_min_runtime=self.fast_lane_max_min_runtime_seconds,
             heartbeat_timeout=self.heartbeat_timeout_seconds,
+            restart_overhead=self.restart_overhead_seconds,
         )
 
     def clean(self):

@@ -27,7 +27,7 @@ def cluster_list(request):
 @login_required
 def cluster_detail(request, name):
     """The cluster dashboard: the numbers now (refreshed in place), the charts, the policy, the domains."""
-    from scheduler.selectors import cluster_measures, free_by_domain, latest_tick, pending_demand
+    from scheduler.selectors import cluster_measures, free_by_domain, latest_tick, pending_demand, preemption_costs
 
     cluster = get_object_or_404(Cluster, name=name)
     views = domain_views(cluster)
@@ -38,6 +38,7 @@ def cluster_detail(request, name):
         "tick": latest_tick(cluster), "free_by_domain": free_by_domain(views),
         "ranges": ["1h", "6h", "24h", "3d", "window"], "range": _range(request),
         "health_rows": cluster.health.describe(),
+        "preemption_costs": preemption_costs(cluster, now=timezone.now()),
     }
     if request.htmx:
         return render(request, "topology/_cluster_live.html", context)

@@ -5,6 +5,7 @@ from rest_framework.fields import ProhibitSurrogateCharactersValidator
 
 from scheduler.choices import Priority, Topology
 from scheduler.core.mig import PROFILES as MIG_PROFILES
+from scheduler.core.model import MAX_RESTART_OVERHEAD
 from scheduler.models import Job, JobEvent
 from scheduler.services import JobRequest
 
@@ -31,6 +32,11 @@ class JobSubmitSerializer(serializers.Serializer):
     min_runtime = serializers.IntegerField(min_value=0, max_value=MAX_SECONDS)
     resumable = serializers.BooleanField()
     max_runtime = serializers.IntegerField(min_value=1, max_value=MAX_SECONDS, required=False, allow_null=True)
+    restart_overhead = serializers.IntegerField(
+        min_value=0, max_value=MAX_RESTART_OVERHEAD, required=False, allow_null=True,
+        help_text=f"Seconds the job holds its GPUs after each restart before it makes progress again (0 to "
+                  f"{MAX_RESTART_OVERHEAD}); empty: the cluster policy's restart_overhead (default 300).",
+    )
     priority = serializers.ChoiceField(choices=Priority.choices, required=False, default=Priority.NORMAL)
     cpus = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, default=0)
     memory_gib = serializers.IntegerField(min_value=0, max_value=1_000_000_000, required=False, default=0)
@@ -95,7 +101,8 @@ class JobSerializer(serializers.ModelSerializer):
         fields = [
             "id", "name", "state", "cluster", "project", "user", "gpus", "gpus_per_host", "gpu_type", "gpu_milli",
             "mig_profile", "topology", "cpus", "memory_gib", "min_runtime", "resumable", "max_runtime", "priority",
-            "allocation", "queue_position", "project_position", "pending_reason", "estimated_start", "gpu_ids", "hosts",
+            "restart_overhead", "allocation", "queue_position", "project_position", "pending_reason",
+            "estimated_start", "gpu_ids", "hosts",
             "submitted_at", "started_at", "ended_at", "preemptions", "restarts", "exit_code", "stop_cause",
             "failure_reason", "command", "workdir", "env",
         ]

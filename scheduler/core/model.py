@@ -36,6 +36,8 @@ RUNNING = "running"
 PREEMPTING = "preempting"
 
 WHOLE_GPU_MILLI = 1000
+# The longest restart overhead a job may give (seconds; one day): the API's and the workload file's limit.
+MAX_RESTART_OVERHEAD = 86400
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ class Policy:
     defrag_max_migrations_per_hour: int = 4
     # How many pending jobs may hold a reservation at once (rule 5).
     max_reservations: int = 1
+    # Seconds a job holds its GPUs after each restart before it makes progress again (loading a checkpoint,
+    # warming up), for jobs that do not give their own (`restart_overhead` of the job). Part of what a
+    # preemption costs (rule 4 weighs it with the work since the last checkpoint).
+    restart_overhead: float = 300
     # Rule 8's reasons, queue positions and estimated starts for waiting jobs. The live tick keeps them;
     # the simulator, which reads none of them, turns them off (`Decisions.pending` is then empty). The
     # decisions themselves (starts, preemptions, reservations, host changes) are the same either way.
@@ -161,6 +167,9 @@ class PendingJob:
     preemptions: int = 0
     # When it was last requeued by a preemption (None: never): an unallocated job backs off from then.
     requeued_at: float | None = None
+    # Seconds it holds its GPUs after a restart before it makes progress (None: the policy's
+    # `restart_overhead`).
+    restart_overhead: float | None = None
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -203,6 +212,9 @@ class RunningJob:
     mig_start: int | None = None
     # Times it was preempted before this run started: this run is protected longer (`protection`).
     preemptions: int = 0
+    # Seconds it holds its GPUs after a restart before it makes progress (None: the policy's
+    # `restart_overhead`).
+    restart_overhead: float | None = None
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -247,6 +259,11 @@ def backed_off_until(job: PendingJob, policy: Policy) -> float:
     if job.min_runtime > 0 or job.requeued_at is None or job.preemptions <= 0:
         return -math.inf
     return job.requeued_at + backoff(job.preemptions, policy)
+
+
+def restart_overhead(job: RunningJob | PendingJob, policy: Policy) -> float:
+    """Seconds the job holds its GPUs after a restart before it makes progress again: its own, else the policy's."""
+    return policy.restart_overhead if job.restart_overhead is None else job.restart_overhead
 
 
 def protected_until(job: RunningJob, policy: Policy) -> float:

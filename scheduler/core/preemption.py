@@ -3,8 +3,10 @@
 Candidates are kept in one order for the whole tick, the order victims are
 preferred in: unallocated jobs first, then allocated jobs past their minimum
 runtime of the most over-served projects first (ratio at the start of the
-tick); inside a project resumable jobs first, then the least work lost since
-the last checkpoint, then the fewest GPUs. Candidates sit in per-project
+tick); inside a project resumable jobs first, then the least a preemption
+costs (the work since the last periodic checkpoint plus the restart overhead
+its next run will hold its GPUs for, in GPU-seconds; never a checkpoint a job
+might save when told to stop), then the fewest GPUs. Candidates sit in per-project
 blocks so that a project the gainer may not take from is skipped at once.
 
 A search walks the order over the blocks the gainer may take from. Each
@@ -24,14 +26,21 @@ from dataclasses import dataclass, field
 
 from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
 from .fairshare import UnitNode, UnitTree, gpu_amount, may_take_from
-from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, Policy, RunningJob, protected_until
+from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, Policy, RunningJob, protected_until, restart_overhead
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
 
 
-def lost_work(job: RunningJob, now: float) -> float:
-    """GPU-seconds since the last checkpoint (or since start) that preemption loses."""
+def lost_work(job: RunningJob, now: float, overhead: float = 0.0) -> float:
+    """GPU-seconds a preemption loses: since the last checkpoint (or since start), plus `overhead` seconds of
+    restart (what the job's next run holds its GPUs for before it makes progress again)."""
     since = job.start_time if job.last_checkpoint is None else max(job.start_time, job.last_checkpoint)
-    return gpu_amount(len(job.gpu_ids), job.gpu_milli) * max(0.0, now - since)
+    return gpu_amount(len(job.gpu_ids), job.gpu_milli) * (max(0.0, now - since) + overhead)
+
+
+def preemption_cost(job: RunningJob, now: float, policy: Policy) -> float:
+    """Rule 4's cost of preempting a job: the work since its last periodic checkpoint plus its restart overhead
+    (a job that is not resumable loses everything since its start and does not restart)."""
+    return lost_work(job, now, restart_overhead(job, policy) if job.resumable else 0.0)
 
 
 @dataclass(eq=False)
@@ -45,13 +54,13 @@ class Candidate:
     taken: bool = False
 
     @classmethod
-    def of(cls, job: RunningJob, capacity: Capacity, now: float) -> Candidate:
+    def of(cls, job: RunningJob, capacity: Capacity, now: float, policy: Policy | None = None) -> Candidate:
         releases = capacity.releases(job)
         shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
         milli = {gpu: job.gpu_milli if shared else WHOLE_GPU_MILLI
                  for gpu in job.gpu_ids if capacity.gpu_host.get(gpu) in releases}
         parts = tuple((capacity.hosts[name], release) for name, release in releases.items())
-        return cls(job, parts, milli, lost_work(job, now))
+        return cls(job, parts, milli, lost_work(job, now) if policy is None else preemption_cost(job, now, policy))
 
 
 @dataclass(eq=False)
@@ -136,7 +145,7 @@ class Victims:
                 continue
             if job.allocated and now < protected_until(job, policy):
                 continue
-            candidate = Candidate.of(job, capacity, now)
+            candidate = Candidate.of(job, capacity, now, policy)
             if not candidate.parts:
                 continue
             unit = tree.nodes[job.project]

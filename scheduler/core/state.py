@@ -59,6 +59,7 @@ def running_from(job: PendingJob, start: Start, now: float) -> RunningJob:
         user=job.user, gpu_milli=start.gpu_milli, topology=job.topology, max_runtime=job.max_runtime,
         priority=job.priority, cpus=job.cpus, memory_gib=job.memory_gib, host=start.host,
         mig_profile=start.mig_profile, mig_start=start.mig_start, preemptions=job.preemptions,
+        restart_overhead=job.restart_overhead,
     )
 
 

@@ -13,9 +13,16 @@ preemptions end runs at once, drained hosts become drained.
 Between ticks the executor model runs jobs in virtual time: a job finishes
 when it has done `duration` seconds of work; a preempted job leaves at the end
 of its grace period (or finishes first if its work is done), keeping the work
-up to its last checkpoint (every `checkpoint_every` seconds of its run, or all
-of it when it resumes exactly); resumable jobs requeue with their original
-submit time, others stop (`preempted`, or `failed` when their host went down).
+up to its last checkpoint (every `checkpoint_every` seconds of its run's
+progress, or all of it when it resumes exactly); resumable jobs requeue with
+their original submit time, others stop (`preempted`, or `failed` when their
+host went down). A restarted run (every run of a job after its first) holds
+its GPUs for the job's restart overhead (`restart_overhead`, else the cluster
+policy's) before it makes progress again: a run that starts at s with an
+overhead o and w seconds of work left finishes at s + o + w, checkpoints at
+s + o + k × checkpoint_every. What a run held and did not keep is lost work:
+its overhead and whatever it did since its last checkpoint (all of it for a
+job that keeps nothing).
 
 The clock jumps to the next moment anything can change: an arrival, a job
 leaving, a fault, and the tick boundary after such a moment; and the moment
@@ -103,7 +110,7 @@ class Run:
     __slots__ = ("job", "index", "state", "done", "pending", "running", "start", "gpu_ids", "milli", "host",
                  "version", "first_start", "end", "preemptions", "requeue", "preempted_for", "grace_ends",
                  "klass", "amount", "head", "tenure", "planned_end", "lost", "earmarks", "next_checkpoint",
-                 "stop_cause", "requeued_at")
+                 "stop_cause", "requeued_at", "progress_from", "held", "overhead_lost", "starts")
 
     def __init__(self, job: SimJob, index: int):
         self.job = job
@@ -136,6 +143,13 @@ class Run:
         self.next_checkpoint: float | None = None
         self.stop_cause = ""
         self.requeued_at: float | None = None
+        # When the current run makes progress: its start, plus the restart overhead for a restart.
+        self.progress_from = 0.0
+        # GPU-seconds held by ended runs, and the part of `lost` that was restart overhead.
+        self.held = 0.0
+        self.overhead_lost = 0.0
+        # Start of every run, in order.
+        self.starts: list[float] = []
 
 
 @dataclass
@@ -156,6 +170,8 @@ class Result:
     # Large job id -> (first reached the head, began its last stretch at the head), for those started.
     large_heads: dict[str, tuple[float, float]]
     host_states: dict[str, str]
+    # Every preemption on behalf of a job: (when, preemptor, victim, grace).
+    preemptions_for: list[tuple[float, str, str, float]] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
 
 
@@ -212,6 +228,7 @@ class Simulation:
         self.last_active = 0.0
         # Claims the core dropped (rule 4).
         self.earmark_drops = 0
+        self.preemptions_for: list[tuple[float, str, str, float]] = []
         self.core_calls = 0
         self.core_seconds = 0.0
         self.decisions = 0
@@ -304,6 +321,7 @@ class Simulation:
             tracker=self.tracker, end=end, wall_seconds=wallclock.perf_counter() - began,
             core_calls=self.core_calls, core_seconds=self.core_seconds, decisions=self.decisions,
             large_heads=self.large_heads, host_states={name: h.state for name, h in self.hosts.items()},
+            preemptions_for=self.preemptions_for,
         )
 
     def _advance(self, when: float) -> None:
@@ -370,7 +388,7 @@ class Simulation:
             if run.version != version or run.running is None:
                 continue
             every = run.job.checkpoint_every
-            last = run.start + math.floor((when - run.start) / every) * every
+            last = run.progress_from + math.floor((when - run.progress_from) / every) * every
             run.running = replace(run.running, last_checkpoint=last)
             self.state.update_running(run.running)
             run.next_checkpoint = last + every
@@ -416,7 +434,12 @@ class Simulation:
             gpus_per_host=job.gpus_per_host, gpu_milli=job.gpu_milli, gpu_types=job.gpu_types,
             topology=job.topology, max_runtime=job.max_runtime, priority=job.priority, cpus=job.cpus,
             memory_gib=job.memory_gib, preemptions=run.preemptions, requeued_at=run.requeued_at,
+            restart_overhead=job.restart_overhead,
         )
+
+    def overhead(self, job: SimJob) -> float:
+        """Seconds a restarted run of the job holds its GPUs before it makes progress."""
+        return self.policy.restart_overhead if job.restart_overhead is None else job.restart_overhead
 
     def _submit(self, run: Run, when: float) -> None:
         run.state = PENDING
@@ -438,13 +461,17 @@ class Simulation:
         run.milli = milli
         run.host = host
         run.earmarks = set()
+        run.starts.append(when)
+        # A restart (not the job's first run) holds the GPUs for the overhead before making progress.
+        restart = run.first_start is not None
+        run.progress_from = when + (self.overhead(job) if restart else 0.0)
         if run.first_start is None:
             run.first_start = when
             if run.klass == "large":
                 self.large_heads[job.id] = (when if run.head is None else run.head,
                                             when if run.tenure is None else run.tenure)
         left = max(0.0, job.duration - run.done)
-        run.planned_end = when + left
+        run.planned_end = run.progress_from + left
         exact = job.checkpoint_every is None
         run.running = core.RunningJob(
             job.id, job.project, gpu_ids, when, job.min_runtime, job.resumable, job.submit, job.seq, user=job.user,
@@ -452,6 +479,7 @@ class Simulation:
             cpus=job.cpus, memory_gib=job.memory_gib,
             # A job that resumes exactly has lost nothing at any moment: checkpointed through its end.
             last_checkpoint=run.planned_end if exact else None, host=host, preemptions=run.preemptions,
+            restart_overhead=job.restart_overhead,
         )
         if decided:
             self.state.update_running(run.running)
@@ -466,7 +494,7 @@ class Simulation:
         run.version += 1
         self._push(run.planned_end, LEAVE, run, FINISH, run.version)
         if not exact:
-            run.next_checkpoint = when + job.checkpoint_every
+            run.next_checkpoint = run.progress_from + job.checkpoint_every
             heapq.heappush(self.checkpoints, (run.next_checkpoint, run.index, run, run.version))
 
     def _preempt(self, preemption: core.Preemption, when: float) -> None:
@@ -478,6 +506,8 @@ class Simulation:
         run.stop_cause = preemption.cause
         if preemption.cause != "max_runtime":
             run.preemptions += 1
+        if preemption.preemptor:
+            self.preemptions_for.append((when, preemption.preemptor, run.job.id, preemption.grace))
         if down:
             run.requeue = preemption.requeue
             self._end(run, when, PENDING if preemption.requeue else FAILED)
@@ -497,17 +527,21 @@ class Simulation:
         job = run.job
         run.version += 1
         elapsed = max(0.0, when - run.start)
+        # Seconds of progress this run made (after its restart overhead).
+        progress = max(0.0, when - max(run.start, run.progress_from))
         if outcome == COMPLETED or run.stop_cause == "max_runtime":
-            kept = elapsed
+            kept = progress
         elif not job.resumable or outcome == FAILED or outcome == "stopped":
             kept = 0.0
         elif job.checkpoint_every is None:
-            kept = elapsed
+            kept = progress
         else:
-            kept = math.floor(elapsed / job.checkpoint_every) * job.checkpoint_every
-        if outcome != COMPLETED:
-            lost = run.amount * (elapsed - kept) if job.gpus else 0.0
-            run.lost += lost
+            kept = math.floor(progress / job.checkpoint_every) * job.checkpoint_every
+        if job.gpus:
+            # Held and not kept: the restart overhead spent and the work since the last checkpoint.
+            run.lost += run.amount * (elapsed - kept)
+            run.overhead_lost += run.amount * (elapsed - progress)
+            run.held += run.amount * elapsed
         run.done = min(job.duration, run.done + kept)
         if run.gpu_ids:
             self.tracker.hold(run.gpu_ids, run.milli, job.allocated, self.gpu_host, sign=-1)

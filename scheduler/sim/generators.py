@@ -387,6 +387,207 @@ def nvl72_large_jobs(seed: int = 3) -> Workload:
                   "over 14 days")
 
 
+# ---------------------------------------------------------------- a family of months
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one member of the family varies (see `family_month`)."""
+
+    name: str
+    # Allocations: how many projects, in how many programs; shares drawn between these (% of the cluster).
+    projects: int
+    programs: int
+    share_range: tuple[float, float]
+    # Training jobs' GPUs {gpus: weight}; a job may be up to `oversize` × its project's entitlement.
+    training_sizes: dict
+    oversize: float
+    # Training durations (seconds, uniform) and minimum runtimes {seconds: weight}.
+    training_hours: tuple[float, float]
+    min_runtimes: dict
+    # Programs take turns at being busy, each turn this many days; busy/quiet rate ratio.
+    turn_days: tuple[float, float]
+    burst: float
+    # Share of all jobs that are unallocated, and the GPU time they offer (× the cluster's).
+    unallocated: float
+    unallocated_load: float
+    # Jobs in 30 days (fewer in a shorter run); allocated work offered (× the GPUs) and the backlog at the start.
+    jobs: int
+    load: float = 1.0
+    backlog: float = 1.5
+
+
+FAMILY_SHAPES = {
+    # The issue's own month: many small allocations (2-14 %), 8-64 GPU training of 6 h-3 d with minimum
+    # runtimes of 2-8 h in bursts that alternate every few days, debug jobs, a third unallocated.
+    "many-small": Shape("many-small", projects=15, programs=3, share_range=(2, 14),
+                        training_sizes={8: 30, 16: 30, 32: 25, 64: 15}, oversize=2.0, training_hours=(6, 72),
+                        min_runtimes={2 * HOUR: 30, 4 * HOUR: 40, 8 * HOUR: 30}, turn_days=(2, 4), burst=4.0,
+                        unallocated=0.33, unallocated_load=0.15, jobs=1800),
+    # Few, large allocations; big jobs (whole racks among them) of long runs and long minimum runtimes,
+    # steady arrivals, little unallocated work.
+    "few-large": Shape("few-large", projects=4, programs=2, share_range=(15, 40),
+                       training_sizes={16: 20, 32: 30, 64: 30, 72: 20}, oversize=1.5, training_hours=(12, 96),
+                       min_runtimes={4 * HOUR: 40, 8 * HOUR: 60}, turn_days=(5, 8), burst=1.5,
+                       unallocated=0.1, unallocated_load=0.05, jobs=1000),
+    # Mid-sized allocations, short runs and minimum runtimes, sharp bursts, half the jobs unallocated.
+    "bursty-short": Shape("bursty-short", projects=8, programs=4, share_range=(5, 20),
+                          training_sizes={8: 50, 16: 30, 32: 20}, oversize=3.0, training_hours=(2, 24),
+                          min_runtimes={30 * MINUTE: 30, HOUR: 40, 2 * HOUR: 30}, turn_days=(1, 2), burst=8.0,
+                          unallocated=0.5, unallocated_load=0.3, jobs=2400),
+}
+FAMILY_SEEDS = (1, 2, 3, 4, 5)
+
+
+def _cents(percent: float) -> float:
+    """A share rounded down to the hundredth the org file allows (siblings never add up beyond 100)."""
+    return math.floor(percent * 100) / 100
+
+
+def family_name(shape: str, seed: int) -> str:
+    return f"family-{shape}-{seed}"
+
+
+def family_month(shape: str, seed: int, *, days: float = 30) -> Workload:
+    """One month of the family: 256 GPUs (2 GB200 NVL72 racks, one with a failed tray, 14 HGX servers).
+
+    The shape (`FAMILY_SHAPES`) sets the allocations' number and size range, the training jobs' sizes (up to
+    `oversize` × their project's entitlement: larger than it, for the small ones), their durations and
+    minimum runtimes, how sharply programs take turns at being busy, and the unallocated share; the seed
+    draws the shares, the turns and every job. Debug (1-8 GPUs, ≤ 15 min minimum runtime) and experiment
+    jobs (1-8 GPUs, 30 min-2 h) come from every project; allocated run times are scaled so the work offered
+    is `load` × the GPUs plus a `backlog` at the start, as in `ai2_month`.
+    """
+    spec = FAMILY_SHAPES[shape]
+    rng = random.Random(f"{shape}:{seed}")
+    name = family_name(shape, seed)
+    span = days * DAY
+    racks, servers = 2, 14
+    failed = ["nvl72-02-h09"]
+    healthy = racks * 72 + servers * 8 - 4 * len(failed)
+    # Shares: drawn in the range, scaled to 100 % of the cluster (then clipped to it).
+    raw = [rng.uniform(*spec.share_range) for _ in range(spec.projects)]
+    scale = 100 / sum(raw)
+    shares = [max(spec.share_range[0] / 2, r * scale) for r in raw]
+    total = sum(shares)
+    shares = [100 * x / total for x in shares]
+    programs = [f"prog{i}" for i in range(spec.programs)]
+    project_names = [f"{programs[i % spec.programs]}-p{i:02d}" for i in range(spec.projects)]
+    program_of = {p: programs[i % spec.programs] for i, p in enumerate(project_names)}
+    share_of = dict(zip(project_names, shares, strict=True))
+    program_share = {g: sum(share_of[p] for p in project_names if program_of[p] == g) for g in programs}
+    entitled = {p: share_of[p] / 100 * healthy for p in project_names}
+    # Turns: consecutive stretches, each given to one program (round robin from a random one).
+    turns: list[tuple[float, float, str]] = []
+    t, k = 0.0, rng.randrange(spec.programs)
+    while t < span:
+        length = rng.uniform(*spec.turn_days) * DAY
+        turns.append((t, t + length, programs[k % spec.programs]))
+        t += length
+        k += 1
+
+    def rate(project: str):
+        program = program_of[project]
+
+        def at(t: float) -> float:
+            for a, b, busy in turns:
+                if a <= t < b:
+                    return spec.burst if busy == program else 1.0
+            return 1.0
+        return at
+
+    kinds = {"debug": 0.4, "experiment": 0.45, "training": 0.15}
+    count_all = int(round(spec.jobs * days / 30))
+    allocated_jobs = int(count_all * (1 - spec.unallocated))
+    weights = {p: share_of[p] * rng.uniform(0.6, 2.0) for p in project_names}  # demand ∝ share × appetite
+    total_weight = sum(weights.values())
+    arrivals: list[tuple[float, str, str]] = []
+    for kind, part in kinds.items():
+        for project in project_names:
+            count = int(round(allocated_jobs * part * weights[project] / total_weight))
+            for when in _times(rng, count, span, rate(project), spec.burst):
+                arrivals.append((when, kind, project))
+    for when in _times(rng, count_all - allocated_jobs, span):
+        arrivals.append((when, "unallocated", rng.choice([*project_names, "sandbox", "sandbox"])))
+    early: list[tuple[float, str, str]] = []
+    asked = 0
+    while asked < spec.backlog * healthy:
+        project = rng.choices(project_names, [weights[p] for p in project_names])[0]
+        kind = rng.choice(("training", "experiment", "experiment"))
+        early.append((float(rng.randint(0, HOUR)), kind, project))
+        asked += 30 if kind == "training" else 5
+    arrivals = sorted(early + arrivals, key=lambda item: item[0])
+
+    def make(number: int, submit: float, kind: str, project: str) -> SimJob:
+        job_id = f"{kind[0]}{number:05d}"
+        if kind == "debug":
+            return SimJob(job_id, submit, project, _pick(rng, {1: 40, 2: 20, 4: 20, 8: 20}),
+                          _pick(rng, {5 * MINUTE: 30, 10 * MINUTE: 30, 15 * MINUTE: 40}), False,
+                          float(rng.randint(2 * MINUTE, 25 * MINUTE)), seq=number)
+        if kind == "experiment":
+            min_runtime = _pick(rng, {30 * MINUTE: 25, HOUR: 40, 2 * HOUR: 35})
+            duration = min(14 * HOUR, max(min_runtime, rng.lognormvariate(math.log(4 * HOUR), 0.7)))
+            return SimJob(job_id, submit, project, _pick(rng, {1: 25, 2: 15, 4: 25, 8: 35}), min_runtime, True,
+                          float(int(duration)), checkpoint_every=30 * MINUTE, seq=number)
+        if kind == "training":
+            cap = max(8, spec.oversize * entitled[project])
+            sizes = {g: w for g, w in spec.training_sizes.items() if g <= cap} or {8: 1}
+            gpus = _pick(rng, sizes)
+            whole_rack = gpus == 72
+            return SimJob(job_id, submit, project, gpus, _pick(rng, spec.min_runtimes), True,
+                          float(int(rng.uniform(*spec.training_hours) * HOUR)),
+                          gpus_per_host=4 if whole_rack else None, topology=DOMAIN if whole_rack else PREFERRED,
+                          checkpoint_every=HOUR, seq=number)
+        return SimJob(job_id, submit, project, _pick(rng, {1: 40, 2: 20, 4: 20, 8: 20}), 0, True,
+                      float(int(rng.uniform(30 * MINUTE, 6 * HOUR))), checkpoint_every=15 * MINUTE, seq=number)
+
+    jobs = [make(number, submit, kind, project) for number, (submit, kind, project) in enumerate(arrivals, 1)]
+    # Scale run times to the loads asked (debug jobs keep theirs), bounded by the shape's range for training.
+    offered = lambda selected: sum(job.gpus * job.duration for job in selected)  # noqa: E731
+    allocated = [j for j in jobs if j.id[0] in "et" and j.submit > HOUR]
+    debug_work = offered(j for j in jobs if j.id[0] == "d")
+    factor = max(0.05, (spec.load * healthy * span - debug_work) / max(1.0, offered(allocated)))
+    unallocated = [j for j in jobs if not j.allocated]
+    unallocated_factor = spec.unallocated_load * healthy * span / max(1.0, offered(unallocated))
+    scaled = []
+    low_training, high_training = (h * HOUR for h in spec.training_hours)
+    for job in jobs:
+        if job.id[0] == "t":
+            job = replace(job, duration=float(int(max(low_training, min(high_training, job.duration * factor)))))
+        elif job.id[0] == "e":
+            job = replace(job, duration=float(int(max(job.min_runtime, min(2 * DAY, job.duration * factor)))))
+        elif job.id[0] == "u":
+            job = replace(job, duration=float(max(600, int(job.duration * unallocated_factor))))
+        scaled.append(job)
+    fast_lane = _sized_fast_lane(scaled, span, host_gpus=8, quantile=0.95)
+    cluster = {
+        "name": name,
+        "policy": {"tick": "5s", "window": "7d", "max_min_runtime": "8h", "grace_period": "60s",
+                   "unallocated_grace": "10s", "fast_lane_gpus": fast_lane, "fast_lane_max_min_runtime": "15m",
+                   "executor": "simulated"},
+        "domains": [
+            {"name": "nvl72-{:02d}", "count": racks, "hosts": 18, "gpus_per_host": 4, "gpu_type": "GB200"},
+            {"name": "hgx-{:02d}", "count": servers, "hosts": 1, "gpus_per_host": 8, "gpu_type": "H100"},
+        ],
+        "unhealthy_hosts": failed,
+    }
+    org = {"units": [
+        {"name": program, "share": {name: _cents(program_share[program])},
+         "children": [{"name": p, "share": {name: _cents(100 * share_of[p] / program_share[program])}}
+                      for p in project_names if program_of[p] == program]}
+        for program in programs
+    ] + [{"name": "sandbox", "description": "no allocation: unallocated work only"}]}
+    return Workload(
+        name=name,
+        description=(f"family month {shape} seed {seed}: 256 GPUs (2 NVL72 racks, one with a failed tray, 14 HGX "
+                     f"servers), {spec.projects} allocations of {min(shares):.0f}-{max(shares):.0f} % in "
+                     f"{spec.programs} programs, {len(scaled):,} jobs over {days:g} days, "
+                     f"{spec.unallocated:.0%} unallocated, fast lane {fast_lane} GPUs"),
+        cluster=cluster, org=org, jobs=scaled,
+        notes={"shape": shape, "seed": seed, "run_time_factor": round(factor, 3), "fast_lane_gpus": fast_lane},
+    )
+
+
 GENERATORS = {
     "ai2-month": ai2_month,
     "nvl72-small": nvl72_small_jobs,

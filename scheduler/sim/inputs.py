@@ -28,6 +28,7 @@ POLICY_FIELDS = {
     "fast_lane_gpus": "fast_lane_gpus",
     "fast_lane_max_min_runtime_seconds": "fast_lane_max_min_runtime",
     "heartbeat_timeout_seconds": "heartbeat_timeout",
+    "restart_overhead_seconds": "restart_overhead",
 }
 
 

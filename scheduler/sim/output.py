@@ -7,12 +7,13 @@ inputs alone (same inputs, same bytes) except `wall_seconds` in summary.json.
 
 from __future__ import annotations
 
+import bisect
 import csv
 import json
 from pathlib import Path
 
 from .engine import COMPLETED, FAILED, PENDING, PREEMPTED, PREEMPTING, RUNNING, WAITING, Result
-from .measures import CLASSES, HOUR, wait_summary
+from .measures import CLASSES, HOUR, percentile, wait_summary
 
 EVENT_COLUMNS = ("time", "job_id", "event", "detail")
 JOB_COLUMNS = ("job_id", "project", "class", "submit", "first_start", "end", "state", "wait", "preemptions", "gpus")
@@ -48,6 +49,100 @@ def waits(result: Result) -> dict[str, list[float]]:
     return by_class
 
 
+def held_and_lost(result: Result) -> dict[str, tuple[float, float, float]]:
+    """Per project: (GPU-seconds held, lost, of which restart overhead) over the run.
+
+    Lost is what was held and not kept: the restart overhead a restarted run spent before making progress and,
+    for runs that ended without finishing, the work since their last checkpoint (all of a run that keeps
+    nothing). Runs still going at the end count what they held so far and the overhead they already spent
+    (the work since their last checkpoint is not lost yet).
+    """
+    totals: dict[str, list[float]] = {}
+    end = result.end
+    for run in result.runs:
+        held, lost, overhead = run.held, run.lost, run.overhead_lost
+        if run.running is not None and run.job.gpus:
+            held += run.amount * max(0.0, end - run.start)
+            spent = run.amount * max(0.0, min(end, run.progress_from) - run.start)
+            lost += spent
+            overhead += spent
+        if held or lost:
+            entry = totals.setdefault(run.job.project, [0.0, 0.0, 0.0])
+            entry[0] += held
+            entry[1] += lost
+            entry[2] += overhead
+    return {project: (v[0], v[1], v[2]) for project, v in sorted(totals.items())}
+
+
+def goodput(result: Result) -> dict:
+    """GPU-seconds of work kept ÷ GPU-seconds held (lost work and restart overhead count against it).
+
+    Overall, per project, for allocated and unallocated jobs apart, and the worst project with an allocation
+    (projects that run unallocated work only are shown per project but are not the worst: their jobs are
+    preemptible by contract).
+    """
+    per = held_and_lost(result)
+    held = sum(v[0] for v in per.values())
+    lost = sum(v[1] for v in per.values())
+    projects = {project: _round((h - lo) / h) for project, (h, lo, _) in per.items() if h > 0}
+    allocated = {p: v for p, v in projects.items() if p in result.tracker.shares} or projects
+    worst = min(allocated.items(), key=lambda item: (item[1], item[0])) if allocated else (None, None)
+    classes = {True: [0.0, 0.0], False: [0.0, 0.0]}
+    end = result.end
+    for run in result.runs:
+        h, lo = run.held, run.lost
+        if run.running is not None and run.job.gpus:
+            h += run.amount * max(0.0, end - run.start)
+            lo += run.amount * max(0.0, min(end, run.progress_from) - run.start)
+        classes[run.job.allocated][0] += h
+        classes[run.job.allocated][1] += lo
+    by_class = {("allocated" if key else "unallocated"): _round((h - lo) / h) if h else None
+                for key, (h, lo) in classes.items()}
+    return {"overall": _round((held - lost) / held) if held else None, "worst": worst[1],
+            "worst_project": worst[0], **by_class, "per_project": projects}
+
+
+def preemptions_per_job(result: Result) -> dict:
+    """Preemptions each submitted job went through (mean, p99, max), allocated and unallocated jobs apart."""
+    counts = {"allocated": [], "unallocated": []}
+    for run in result.runs:
+        if run.state != WAITING:
+            counts["allocated" if run.job.allocated else "unallocated"].append(run.preemptions)
+    counts["all"] = counts["allocated"] + counts["unallocated"]
+    return {name: {"mean": _round(sum(values) / len(values)) if values else None,
+                   "p99": percentile(values, 99), "max": max(values, default=None), "jobs": len(values)}
+            for name, values in counts.items()}
+
+
+def wasted_preemptions(result: Result) -> dict:
+    """Preemptions on behalf of a job after which that job did not start within the grace period + two ticks.
+
+    The grace period is the plan's: the longest grace of the victims preempted for that job at that moment
+    (it starts when the last of them has left). A preemption whose deadline falls after the end of the run
+    is not judged (`undecided`); `share` is the wasted ones over those judged.
+    """
+    tick = result.cluster.policy.tick
+    starts = {run.job.id: run.starts for run in result.runs}
+    plan_grace: dict[tuple[float, str], float] = {}
+    for when, preemptor, _victim, grace in result.preemptions_for:
+        key = (when, preemptor)
+        plan_grace[key] = max(grace, plan_grace.get(key, 0.0))
+    wasted = judged = undecided = 0
+    for when, preemptor, _victim, _grace in result.preemptions_for:
+        deadline = when + plan_grace[(when, preemptor)] + 2 * tick
+        times = starts.get(preemptor, [])
+        i = bisect.bisect_left(times, when)
+        if i < len(times) and times[i] <= deadline + 1e-9:
+            judged += 1
+        elif deadline > result.end:
+            undecided += 1
+        else:
+            judged += 1
+            wasted += 1
+    return {"share": _round(wasted / judged) if judged else 0.0, "wasted": wasted, "on_behalf": judged,
+            "undecided": undecided}
+
+
 def summarise(result: Result) -> dict:
     tracker = result.tracker
     elapsed = max(0.0, result.end - tracker.start)
@@ -67,6 +162,7 @@ def summarise(result: Result) -> dict:
             unstarted["all"] += 1
     owed = tracker.owed_delivered()
     policy = result.cluster.policy
+    lost_by_project = held_and_lost(result)
     bound = policy.max_min_runtime + policy.grace_period + policy.tick
     large = [run for run in submitted if run.klass == "large"]
     # From first reaching the head of the queue, and from the start of the last stretch there, to starting.
@@ -99,7 +195,7 @@ def summarise(result: Result) -> dict:
                                 for key, value in wait_summary(values).items()} | {"unstarted": unstarted[name]}
                          for name, values in by_class.items()},
         "preemptions": sum(run.preemptions for run in result.runs),
-        "lost_gpu_hours": round(sum(run.lost for run in result.runs) / HOUR, 3),
+        "lost_gpu_hours": round(sum(lost for _, lost, _ in lost_by_project.values()) / HOUR, 3),
         "stranded": {k: _round(v) for k, v in tracker.stranded(elapsed).items()},
         # Beyond FORMATS.md's keys.
         "cluster": result.cluster.name,
@@ -125,6 +221,12 @@ def summarise(result: Result) -> dict:
         },
         "core_calls": result.core_calls,
         "events": len(result.events),
+        # What preemptions cost (issue 18): lost_gpu_hours above includes the restart overhead.
+        "preemptions_per_job": preemptions_per_job(result),
+        "wasted_preemptions": wasted_preemptions(result),
+        "goodput": goodput(result),
+        "restart_overhead_gpu_hours": round(sum(v[2] for v in lost_by_project.values()) / HOUR, 3),
+        "restart_overhead_seconds": policy.restart_overhead,
     }
     return summary
 

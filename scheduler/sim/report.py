@@ -1,7 +1,9 @@
 """report.html: a run's plots, with plotly.js inline so the file opens offline.
 
 Occupancy over time by kind, usage against entitlement per project, waits by
-class and fragmentation (stranded(k)) over time, plus the summary's figures.
+class and fragmentation (stranded(k)) over time, what preemptions cost
+(goodput per project, wasted preemptions, preemptions per job, lost work with
+the restart overhead), plus the summary's figures.
 Deterministic: fixed element ids, no timestamps.
 """
 
@@ -100,6 +102,40 @@ def fragmentation_figure(series: dict) -> go.Figure:
     return fig
 
 
+def goodput_figure(goodput: dict) -> go.Figure:
+    projects = sorted(goodput["per_project"])
+    values = [goodput["per_project"][p] for p in projects]
+    fig = go.Figure(go.Bar(x=projects, y=values, text=[f"{v:.1%}" for v in values], textposition="outside",
+                           name="goodput"))
+    fig.update_layout(title="Goodput per project: GPU-seconds of work kept ÷ GPU-seconds held",
+                      yaxis={"title": "goodput", "range": [min([0.8, *values]) - 0.02, 1.05], "tickformat": ".0%"})
+    return fig
+
+
+def cost_paragraph(summary: dict) -> str:
+    """What the run's preemptions cost, in words (the summary's issue-18 figures)."""
+    good = summary["goodput"]
+    wasted = summary["wasted_preemptions"]
+    per = summary["preemptions_per_job"]
+
+    def share(value) -> str:
+        return "—" if value is None else f"{value:.2%}"
+
+    def per_job(name: str) -> str:
+        figures = per[name]
+        if not figures["jobs"]:
+            return f"no {name} jobs"
+        return (f"{name} jobs {figures['mean']:.2f} on average, {figures['p99']} at the 99th percentile, "
+                f"{figures['max']} at most")
+    return (f"<p>Preemptions: {summary['preemptions']} ({per_job('allocated')}; {per_job('unallocated')}). "
+            f"Wasted: {share(wasted['share'])} of the {wasted['on_behalf']} preemptions on behalf of a job were not "
+            f"followed by that job's start within the grace period and two ticks. Goodput {share(good['overall'])} "
+            f"(allocated jobs {share(good.get('allocated'))}, unallocated {share(good.get('unallocated'))}; worst "
+            f"project with an allocation {html.escape(str(good['worst_project']))} {share(good['worst'])}): "
+            f"{summary['lost_gpu_hours']:,.1f} GPU-hours lost, {summary['restart_overhead_gpu_hours']:,.1f} of them "
+            f"restart overhead ({summary['restart_overhead_seconds']:g} s per restart unless a job gives its own).</p>")
+
+
 def write_report(result, path: Path) -> None:
     summary = result.summary
     series = result.tracker.hourly_series()
@@ -112,6 +148,8 @@ def write_report(result, path: Path) -> None:
             parts.append(_figure(delivered_figure(owed), "delivered"))
         parts.append(_figure(fragmentation_figure(series), "fragmentation"))
     parts.append(_figure(waits_figure(waits(result)), "waits"))
+    if summary["goodput"]["per_project"]:
+        parts.append(_figure(goodput_figure(summary["goodput"]), "goodput"))
     shown = {key: value for key, value in summary.items() if key != "wall_seconds"}
     title = f"Allot simulation: {html.escape(result.cluster.name)}, policy {html.escape(result.policy)}"
     document = f"""<!DOCTYPE html>
@@ -130,6 +168,7 @@ pre {{ background: #f6f6f6; padding: 1rem; overflow-x: auto; font-size: 12px; }}
 <p>{summary['jobs']} jobs over {summary['sim_seconds'] / 86400:.2f} simulated days on {summary['total_gpus']} GPUs.
 Occupancy {summary['occupancy']:.2%} of healthy GPUs (allocated {summary['allocated_occupancy']:.2%},
 unallocated {summary['unallocated_occupancy']:.2%}); availability {summary['availability']:.2%}.</p>
+{cost_paragraph(summary)}
 {''.join(parts)}
 <h2>Summary</h2>
 <pre>{html.escape(json.dumps(shown, indent=2))}</pre>

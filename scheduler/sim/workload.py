@@ -14,11 +14,20 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.core.model import ANY, DOMAIN, PREFERRED, PRIORITY_HIGH, PRIORITY_LOW, PRIORITY_NORMAL, WHOLE_GPU_MILLI
+from scheduler.core.model import (
+    ANY,
+    DOMAIN,
+    MAX_RESTART_OVERHEAD,
+    PREFERRED,
+    PRIORITY_HIGH,
+    PRIORITY_LOW,
+    PRIORITY_NORMAL,
+    WHOLE_GPU_MILLI,
+)
 
 REQUIRED = ("job_id", "submit", "project", "gpus", "min_runtime", "resumable", "duration")
 OPTIONAL = ("user", "gpus_per_host", "gpu_milli", "gpu_type", "topology", "checkpoint_every", "priority", "cpus",
-            "memory_gib", "max_runtime")
+            "memory_gib", "max_runtime", "restart_overhead")
 COLUMNS = REQUIRED + OPTIONAL
 PRIORITIES = {"low": PRIORITY_LOW, "normal": PRIORITY_NORMAL, "high": PRIORITY_HIGH}
 PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
@@ -60,6 +69,9 @@ class SimJob:
     cpus: int = 0
     memory_gib: int = 0
     max_runtime: float | None = None
+    # Seconds it holds its GPUs after each restart before it makes progress again; None: the cluster
+    # policy's `restart_overhead`.
+    restart_overhead: float | None = None
     # Stable tie-breaker: the row number (jobs made in code number themselves).
     seq: int = 0
 
@@ -178,6 +190,10 @@ def _job(row: _Row) -> SimJob | None:
         row.problems.append(f"{row.where('priority')}: {priority_text!r} must be one of {', '.join(PRIORITIES)}")
     checkpoint = row.number_of("checkpoint_every", positive=True)
     max_runtime = row.number_of("max_runtime", positive=True)
+    overhead = row.number_of("restart_overhead")
+    if overhead is not None and overhead > MAX_RESTART_OVERHEAD:
+        row.problems.append(f"{row.where('restart_overhead')}: {row.text('restart_overhead')} must be at most "
+                            f"{MAX_RESTART_OVERHEAD} (seconds; one day)")
     cpus = row.whole("cpus", default=0)
     memory = row.whole("memory_gib", default=0)
     gpu_types = frozenset(t.strip() for t in row.text("gpu_type").split("|") if t.strip())
@@ -193,7 +209,7 @@ def _job(row: _Row) -> SimJob | None:
         id=job_id, submit=submit, project=project, gpus=gpus, min_runtime=min_runtime, resumable=resumable,
         duration=duration, user=row.text("user") or project, gpus_per_host=per_host, gpu_milli=milli,
         gpu_types=gpu_types, topology=topology, checkpoint_every=checkpoint, priority=PRIORITIES[priority_text],
-        cpus=cpus, memory_gib=memory, max_runtime=max_runtime, seq=row.number,
+        cpus=cpus, memory_gib=memory, max_runtime=max_runtime, restart_overhead=overhead, seq=row.number,
     )
 
 
@@ -237,7 +253,7 @@ def workload_rows(jobs: Iterable[SimJob]) -> list[list[str]]:
             "checkpoint_every": _seconds(job.checkpoint_every),
             "priority": "" if job.priority == PRIORITY_NORMAL else PRIORITY_NAMES[job.priority],
             "cpus": str(job.cpus) if job.cpus else "", "memory_gib": str(job.memory_gib) if job.memory_gib else "",
-            "max_runtime": _seconds(job.max_runtime),
+            "max_runtime": _seconds(job.max_runtime), "restart_overhead": _seconds(job.restart_overhead),
         }
         rows.append([values[column] for column in COLUMNS])
     return rows

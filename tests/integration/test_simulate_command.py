@@ -73,6 +73,11 @@ def test_it_writes_the_four_files_of_formats_md(inputs, tmp_path):
     assert set(summary["wait_seconds"]) == {"debug", "large", "other", "all"}
     assert set(summary["wait_seconds"]["debug"]) >= {"p50", "p90", "p99"}
     assert set(summary["stranded"]) == {"8", "16", "32", "72"}
+    # What preemptions cost (issue 18), beside the FORMATS.md keys.
+    assert set(summary["preemptions_per_job"]["allocated"]) == {"mean", "p99", "max", "jobs"}
+    assert set(summary["wasted_preemptions"]) == {"share", "wasted", "on_behalf", "undecided"}
+    assert set(summary["goodput"]) >= {"overall", "worst", "worst_project", "per_project"}
+    assert summary["restart_overhead_seconds"] == 300
     assert summary["policy"] == "allot" and summary["jobs"] == 9
     with open(out / "events.csv", newline="") as handle:
         events = list(csv.DictReader(handle))
@@ -85,6 +90,7 @@ def test_it_writes_the_four_files_of_formats_md(inputs, tmp_path):
                       "gpus"]
     report = (out / "report.html").read_text()
     assert "<script" in report and "Plotly.newPlot" in report
+    assert "Goodput per project" in report and "Wasted:" in report
     # Opens offline: plotly.js is inline (a few MB), no script is fetched from anywhere.
     assert re.search(r"<script[^>]*\bsrc=", report) is None and len(report) > 1_000_000
     assert check_directory(out) == []

@@ -45,7 +45,7 @@ def test_it_computes_occupancy_waits_and_delivery_of_a_two_job_day():
 
 
 def test_it_counts_a_preemption_and_the_work_lost_since_the_checkpoint():
-    """One 4-GPU host; p and q have 50 % each; tick 10 s, unallocated grace 10 s.
+    """One 4-GPU host; p and q have 50 % each; tick 10 s, unallocated grace 10 s, no restart overhead.
 
     u (q, unallocated, 4 GPUs, checkpoint every 600 s, 10,000 s of work) starts at 0.
     a (p, allocated, 4 GPUs, 1000 s of work) arrives at 1000 and preempts u at once; u leaves
@@ -57,7 +57,7 @@ def test_it_counts_a_preemption_and_the_work_lost_since_the_checkpoint():
     p is entitled to 2 GPUs; its demand in hour 1 is 4 GPUs over [1000, 2010): owed
     min(7200, 4040) = 4040, used 4000: delivered 4000/4040. q asks nothing allocated: no figure.
     """
-    result = run(one_host(4, tick=10, unallocated_grace=10), org(("p", 50), ("q", 50)), [
+    result = run(one_host(4, tick=10, unallocated_grace=10, restart_overhead=0), org(("p", 50), ("q", 50)), [
         job("u", 0, "q", 4, 10_000, min_runtime=0, checkpoint_every=600),
         job("a", 1000, "p", 4, 1000),
     ])
