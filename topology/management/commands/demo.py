@@ -4,6 +4,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from budgets.loaders import load_org_file
+from budgets.models import Unit
 from topology.loaders import LoadError, load_cluster_file
 
 DEMO_DIR = Path(settings.BASE_DIR) / "demo"
@@ -11,15 +12,34 @@ DEMO_PASSWORD = "allot-demo"
 
 
 class Command(BaseCommand):
-    help = "Load the demo cluster and org (demo/cluster.yaml, demo/org.yaml). Safe to run again."
+    help = (
+        "Load the demo cluster and org (demo/cluster.yaml, demo/org.yaml) and, the first time, a week of history. "
+        "Safe to run again: the org is loaded once, so shares changed in the browser stay as they were."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-history", dest="history", action="store_false",
+                            help="do not seed the week of ended jobs on a fresh database")
 
     def handle(self, *args, **options):
         try:
             cluster, _ = load_cluster_file(DEMO_DIR / "cluster.yaml")
-            load_org_file(DEMO_DIR / "org.yaml")
+            first = not Unit.objects.exists()
+            if first:
+                load_org_file(DEMO_DIR / "org.yaml")
         except LoadError as error:
             raise CommandError("demo files refused:\n  " + "\n  ".join(error.problems)) from None
-        self.stdout.write(f"demo loaded: cluster {cluster.name}, org from demo/org.yaml")
+        org = "org from demo/org.yaml" if first else "org kept as it is (loaded once; `manage.py load_org` reloads it)"
+        self.stdout.write(f"demo loaded: cluster {cluster.name}, {org}")
+        if first and options.get("history", True):
+            from django.utils import timezone
+
+            from scheduler.demo_history import seed_history
+
+            jobs = seed_history(cluster, now=timezone.now())
+            if jobs:
+                self.stdout.write(f"demo history: a week of {jobs} ended jobs, so fair share and the what-if "
+                                  "have real numbers from the first page load")
         self.stdout.write(
             f"demo logins (password {DEMO_PASSWORD}): researchers alice, bob, carol, dan, erin; "
             "managers pat (nlp), lee (olmo), mia (multimodal); on-call olga; admin admin"
