@@ -222,8 +222,9 @@ CELERY_BEAT_SCHEDULE = {
         "task": "scheduler.tick", "schedule": float(ALLOT_TICK_SECONDS), "options": {"expires": ALLOT_TICK_SECONDS},
     },
 }
-# Simulated executor: how many seconds of a job's work pass in one real second.
-ALLOT_SIMULATION_SPEED = env_int("ALLOT_SIMULATION_SPEED", 60)
+# Simulated executor: how many seconds of a job's work pass in one real second. 1 (the default) keeps one clock:
+# work, protection, estimated starts, drains and the what-if all run in real time. The fault tests raise it.
+ALLOT_SIMULATION_SPEED = env_int("ALLOT_SIMULATION_SPEED", 1)
 # The dashboards' history: the tick keeps one sample of each cluster this often (seconds).
 ALLOT_SAMPLE_SECONDS = env_int("ALLOT_SAMPLE_SECONDS", 60)
 # /metrics: when set, scrapers must send `Authorization: Bearer <token>`; empty: open (the usual for Prometheus).

@@ -19,12 +19,13 @@ from topology.choices import Executor, HostState
 from topology.models import Cluster, Host
 from topology.services import host_report_xid, host_resume
 
-# (weight, gpus choices, topology, min_runtime choices, work seconds range, resumable)
+# (weight, gpus choices, topology, min_runtime choices, work seconds range, resumable). The demo runs in real
+# time (one clock for work, protection, estimates and drains), so its jobs are short ones: minutes, not hours.
 SHAPES = [
-    (5, [1, 2, 4], "any", [300, 600, 900], (300, 1800), False),  # debug
-    (4, [4, 8], "any", [3600, 7200], (3600, 4 * 3600), True),  # single-host training
-    (2, [16, 32, 64], "domain", [2 * 3600, 4 * 3600], (4 * 3600, 12 * 3600), True),  # rack-scale training
-    (3, [1, 4, 8], "any", [0], (1800, 6 * 3600), True),  # unallocated sweeps
+    (5, [1, 2, 4], "any", [300, 600], (180, 900), False),  # debug
+    (4, [4, 8], "any", [600, 900], (600, 2400), True),  # single-host training
+    (2, [16, 32, 64], "domain", [900, 1800], (1200, 3600), True),  # rack-scale training
+    (3, [1, 4, 8], "any", [0], (300, 1800), True),  # unallocated sweeps
 ]
 
 
