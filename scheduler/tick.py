@@ -101,7 +101,8 @@ def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Dec
     for change in decisions.host_changes:
         host = Host.objects.select_for_update().get(name=change.host)
         if host.state == HostState.DRAINING and change.state == HostState.DRAINED:
-            host.set_state(change.state, actor=SCHEDULER, reason=change.reason, at=now)
+            # The on-call's (or the health policy's) reason, who and when stay on the host until resume.
+            host.set_state(change.state, actor=SCHEDULER, reason=change.reason, at=now, keep_reason=True)
     _write_earmarks(tick_input, decisions, now)
     _write_queue_fields(tick_input, decisions)
     result.pending = len(decisions.pending)

@@ -12,6 +12,7 @@ from topology.choices import HostState
 from topology.health import DEFAULT_HEALTH_POLICY, HealthPolicy, parse_health_policy, xid_meaning
 from topology.loaders import LoadError, apply_cluster, parse_cluster
 from topology.models import Cluster, Host, HostEvent
+from topology.services import host_drain
 
 pytestmark = pytest.mark.django_db
 
@@ -199,12 +200,22 @@ def test_the_demo_injects_faults_through_the_policy_and_repairs_drained_hosts(de
     if demo.health.for_xid(xid.code) == "drain":
         assert host.state == HostState.DRAINING and host.state_actor == "system:health"
         assert host.state_reason.startswith(f"XID {xid.code} on GPU ")
-    # Drained long enough ago: the repair crew brings it back, recorded like anyone's action.
-    host.set_state(HostState.DRAINED, actor="system:scheduler", reason="no jobs left",
-                   at=timezone.now() - timedelta(minutes=11))
+    assert demo.health.for_xid(xid.code) == "drain"  # this seed's fault drains: the crew's case
+    # An on-call's own drain of another host, finished long ago: not the crew's to resume.
+    other = Host.objects.filter(domain__cluster=demo, state=HostState.UP).exclude(pk=host.pk).first()
+    host_drain(host=other, actor="olga", reason="RMA ticket 4242")
+    long_ago = timezone.now() - timedelta(minutes=11)
+    for broken in (host, other):
+        broken.refresh_from_db()
+        broken.set_state(HostState.DRAINED, actor="system:scheduler", reason="no jobs left", keep_reason=True)
+    Host.objects.filter(pk__in=[host.pk, other.pk]).update(state_changed_at=long_ago)
+    HostEvent.objects.filter(pk=xid.pk).update(at=long_ago)
+    # Drained, the fault long enough ago: the repair crew brings it back, recorded like anyone's action.
     load.step()
     host.refresh_from_db()
     assert (host.state, host.state_actor) == (HostState.UP, REPAIR_ACTOR)
+    other.refresh_from_db()
+    assert (other.state, other.state_actor, other.state_reason) == (HostState.DRAINED, "olga", "RMA ticket 4242")
 
 
 def test_without_faults_the_demo_only_submits(demo):
