@@ -17,8 +17,8 @@ from budgets.models import Membership
 from scheduler.models import Job
 from scheduler.services import JobError, JobRequest, job_submit
 from topology.choices import Executor, HostState
-from topology.models import Cluster, Host, HostEvent
 from topology.health import HEALTH_ACTOR
+from topology.models import Cluster, Host, HostEvent
 from topology.services import host_report_xid, host_resume
 
 # (weight, gpus choices, topology, min_runtime choices, work seconds range, resumable). The demo runs in real
