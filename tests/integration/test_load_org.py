@@ -143,6 +143,11 @@ def test_a_bad_file_is_refused_whole_with_the_entry_and_field_named(tmp_path, cl
 def test_the_demo_loads_and_reloads(cluster):
     call_command("demo", "--no-history")
     call_command("demo", "--no-history")
+    # A small agent cluster beside the simulated one, its hosts waiting for an agent.
+    from topology.models import Cluster, Host
+
+    lab = Cluster.objects.get(name="lab")
+    assert lab.executor == "agent" and Host.objects.filter(domain__cluster=lab, state="down").count() == 2
     assert Unit.objects.projects().count() == 5
     assert get_user_model().objects.get(username="admin").is_superuser
     assert is_oncall(get_user_model().objects.get(username="olga"))

@@ -13,7 +13,8 @@ DEMO_PASSWORD = "allot-demo"
 
 class Command(BaseCommand):
     help = (
-        "Load the demo cluster and org (demo/cluster.yaml, demo/org.yaml) and, the first time, a week of history. "
+        "Load the demo clusters and org (demo/cluster.yaml, demo/agent-cluster.yaml, demo/org.yaml) and, the first "
+        "time, a week of history on the simulated cluster. "
         "Safe to run again: the org is loaded once, so shares changed in the browser stay as they were."
     )
 
@@ -24,13 +25,15 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         try:
             cluster, _ = load_cluster_file(DEMO_DIR / "cluster.yaml")
+            lab, _ = load_cluster_file(DEMO_DIR / "agent-cluster.yaml")
             first = not Unit.objects.exists()
             if first:
                 load_org_file(DEMO_DIR / "org.yaml")
         except LoadError as error:
             raise CommandError("demo files refused:\n  " + "\n  ".join(error.problems)) from None
         org = "org from demo/org.yaml" if first else "org kept as it is (loaded once; `manage.py load_org` reloads it)"
-        self.stdout.write(f"demo loaded: cluster {cluster.name}, {org}")
+        self.stdout.write(f"demo loaded: cluster {cluster.name} (simulated), cluster {lab.name} (agent: its hosts "
+                          f"wait for allot-agent), {org}")
         if first and options.get("history", True):
             from django.utils import timezone
 
