@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "topology",
     "budgets",
     "scheduler",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -221,7 +222,11 @@ CELERY_BEAT_SCHEDULE = {
     "scheduler-tick": {
         "task": "scheduler.tick", "schedule": float(ALLOT_TICK_SECONDS), "options": {"expires": ALLOT_TICK_SECONDS},
     },
+    # Notifications due (new ones and retries), on the workers, never inside a tick.
+    "notifications-deliver": {"task": "notifications.deliver", "schedule": 15.0, "options": {"expires": 15}},
 }
+# Links in notifications (e-mail, webhooks) start with this.
+ALLOT_BASE_URL = env_str("ALLOT_BASE_URL", "http://127.0.0.1:8000")
 # Simulated executor: how many seconds of a job's work pass in one real second. 1 (the default) keeps one clock:
 # work, protection, estimated starts, drains and the what-if all run in real time. The fault tests raise it.
 ALLOT_SIMULATION_SPEED = env_int("ALLOT_SIMULATION_SPEED", 1)

@@ -22,6 +22,7 @@ from scheduler.core.durations import format_duration
 from scheduler.executors import advance_simulated, expire_heartbeats, reconcile
 from scheduler.history import after_tick
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess, Tick
+from scheduler.notify import job_preempted, job_started
 from scheduler.services import job_end_run
 from scheduler.snapshot import TickInput, build_snapshot, moment
 from topology.choices import Executor, HostState
@@ -178,6 +179,7 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
         ),
         cause=start.reason[:200],
     )
+    job_started(job_pk, hosts=hosts, at=now)
     return True
 
 
@@ -191,6 +193,7 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
         JobEvent.objects.create(job=job, at=now, kind=EventKind.PREEMPT, actor=SCHEDULER,
                                 cause=preemption.cause, detail=preemption.reason)
         Job.objects.filter(pk=job_pk).update(preemptions=F("preemptions") + 1)
+        job_preempted(job_pk, reason=preemption.reason, requeue=job.resumable, at=now)
         return job_end_run(job=job, outcome="lost", at=now, actor=SCHEDULER, cause=preemption.cause) is not None
     claimed = Job.objects.filter(pk=job_pk, state__in=[JobState.STARTING, JobState.RUNNING], stop_cause="").update(
         state=JobState.PREEMPTING, stop_cause=preemption.cause,
@@ -205,6 +208,7 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
         detail=f"{preemption.reason} (SIGTERM now, SIGKILL after {format_duration(preemption.grace)}; "
                f"{'requeues' if preemption.requeue else 'does not requeue'})",
     )
+    job_preempted(job_pk, reason=preemption.reason, requeue=preemption.requeue, at=now)
     return True
 
 
