@@ -10,7 +10,7 @@ class SubscriptionForm(forms.Form):
                                       label="Tell me when")
     email = forms.BooleanField(required=False, label="By e-mail")
     webhook_url = forms.URLField(required=False, max_length=500, label="Webhook URL",
-                                 assume_scheme="https",
+                                 assume_scheme="https", widget=forms.URLInput(attrs={"size": 60}),
                                  help_text="Slack-compatible: we POST {\"text\": …} as JSON.")
 
     def __init__(self, *args, user=None, **kwargs):
