@@ -6,6 +6,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
 
 from budgets.models import Unit
 from scheduler.choices import LIVE_STATES
@@ -196,6 +197,12 @@ def free_by_domain(views) -> list[dict]:
 
 # ---------------------------------------------------------------- the dashboard's history
 
+def chart_time(moment: datetime) -> str:
+    """A moment as the charts draw it: in the site's time zone (the one every page labels), no offset (Plotly
+    would read one in the browser's zone)."""
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+
+
 RANGES = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "3d": 3 * 86400}
 MAX_POINTS = 360
 
@@ -232,7 +239,7 @@ def sample_series(cluster, *, now, seconds: int, points: int = MAX_POINTS) -> di
 
     for index in sorted(groups):
         members = groups[index]
-        series["x"].append(max(member[0] for member in members).isoformat())
+        series["x"].append(chart_time(max(member[0] for member in members)))
         for position, key in enumerate(("allocated", "unallocated", "idle", "unavailable"), start=1):
             series[key].append(mean([member[position] for member in members]))
         series["healthy"].append(round(series["allocated"][-1] + series["unallocated"][-1] + series["idle"][-1], 3))
@@ -284,7 +291,7 @@ def project_usage_series(cluster, *, now, seconds: int, points: int = 120) -> di
                 default=count)
     first = min(first, count - 1)
     return {
-        "x": [(start + timedelta(seconds=(index + 0.5) * bucket)).isoformat() for index in range(first, count)],
+        "x": [chart_time(start + timedelta(seconds=(index + 0.5) * bucket)) for index in range(first, count)],
         "projects": {name: values[first:] for name, values in projects.items()},
         "bucket_seconds": bucket,
     }

@@ -1,3 +1,6 @@
+from datetime import timedelta
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -53,6 +56,7 @@ def _range(request) -> str:
 def cluster_dashboard_data(request, name):
     """The charts' data for one range, as JSON (the page fetches it again every 30 s)."""
     from scheduler.selectors import (
+        chart_time,
         cluster_measures,
         free_by_domain,
         project_consumption,
@@ -66,9 +70,16 @@ def cluster_dashboard_data(request, name):
     seconds = range_seconds(cluster, _range(request))
     views = domain_views(cluster)
     healthy = cluster.gpu_counts()["healthy"]
+    every = settings.ALLOT_SAMPLE_SECONDS
     return JsonResponse({
         "now": now.isoformat(),
         "range_seconds": seconds,
+        # What the charts draw, in the pages' time zone: the whole chosen range, and when the next sample is due.
+        "zone": settings.TIME_ZONE,
+        "range_start": chart_time(now - timedelta(seconds=seconds)),
+        "range_end": chart_time(now),
+        "sample_seconds": every,
+        "next_sample": timezone.localtime(now + timedelta(seconds=every)).strftime("%H:%M"),
         "samples": sample_series(cluster, now=now, seconds=seconds),
         "domains": free_by_domain(views),
         "largest_placeable": cluster_measures(cluster, views).fragmentation.largest_placeable,
