@@ -50,9 +50,8 @@
 
   function nothingYet(data, points) {
     if (points > 0) { return []; }
-    return [{text: "No samples in this range yet: the scheduler keeps one every " +
-                   Math.round(data.sample_seconds / 60) + " min; the first appears by " + data.next_sample +
-                   " " + data.zone + ".",
+    return [{text: "No samples in this range yet.<br>The first appears by " + data.next_sample + " " + data.zone +
+                   "<br>(one every " + Math.round(data.sample_seconds / 60) + " min).",
              showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}];
   }
 

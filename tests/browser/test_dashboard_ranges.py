@@ -35,8 +35,8 @@ def test_an_empty_range_says_when_data_will_appear_and_spans_the_range(demo, vis
     page = visit.page
     chart = occupancy(page)
     assert chart["points"] == 0
-    assert re.fullmatch(r"No samples in this range yet: the scheduler keeps one every 1 min; the first appears "
-                        r"by \d\d:\d\d Europe/Berlin\.", chart["notes"][0]), chart["notes"]
+    assert re.fullmatch(r"No samples in this range yet\.<br>The first appears by \d\d:\d\d Europe/Berlin"
+                        r"<br>\(one every 1 min\)\.", chart["notes"][0]), chart["notes"]
     assert round(span_minutes(chart)) == 60
     assert re.fullmatch(r"updated \d\d:\d\d:\d\d Europe/Berlin · 0 points", page.get_by_test_id("updated").inner_text())
     # The range's end is now, in the zone the top bar names.
