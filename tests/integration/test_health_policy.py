@@ -1,5 +1,6 @@
 """The per-cluster health policy: events in heartbeats (and their absence) become recorded actions."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -223,3 +224,19 @@ def test_without_faults_the_demo_only_submits(demo):
 
     DemoLoad(faults=False).step()
     assert not HostEvent.objects.filter(kind="xid").exists()
+
+
+def test_a_gpu_an_xid_names_is_marked_on_the_host_page_and_the_rack(demo, client):
+    from tests.conftest import get_user
+    from topology.services import host_report_xid
+
+    host = Host.objects.get(name="nvl72-02-h05")
+    host_report_xid(host=host, code=79, gpu=2, actor="demo:fault-injector")
+    client.force_login(get_user("olga"))
+    page = client.get("/hosts/nvl72-02-h05/").content.decode()
+    cells = page.split('data-testid="gpu-health">')[1:]
+    assert [cell.startswith('<span class="gpu-mark"') for cell in cells] == [False, False, True, False]
+    rack = client.get("/clusters/gb200-east/domains/nvl72-02/").content.decode()
+    assert rack.count("data-mark=") == 1
+    assert re.search(r'data-gpu="nvl72-02-h05:2" data-state="\w+" data-mark="XID 79"', rack)
+    assert "XID 79 on GPU 2: GPU has fallen off the bus" in rack
