@@ -10,8 +10,9 @@ system would have kept of them: the jobs, their events, GPU assignments
 every quarter of an hour, measured by the same pure measures as the tick's.
 
 Projects use their entitlement unevenly (`APPETITE`), so the queue's ratios
-differ from the first page load. Everything ended before `now`: the live
-scheduler starts from an empty cluster with a full window behind it.
+differ from the first page load. Jobs that started before `now` and have not
+ended are left running (their work goes on in real time), so the demo opens
+on a busy cluster: new submissions queue behind them with estimated starts.
 """
 
 import random
@@ -128,7 +129,7 @@ class Packer:
 
 
 def plan_week(cluster, *, now: datetime, seed: int = 5) -> list[Planned]:
-    """The week's jobs, placed; only those that ended before `now` are kept."""
+    """The week's jobs, placed; those started before `now` are kept (the ones not ended by then still run)."""
     rng = random.Random(seed)
     members: dict[int, list] = {}
     projects: dict[int, Unit] = {}
@@ -170,12 +171,16 @@ def plan_week(cluster, *, now: datetime, seed: int = 5) -> list[Planned]:
     packer = Packer(domains, start)
     for job in sorted(planned, key=lambda job: job.submitted):
         packer.place(job, gpu_type="GB200" if job.topology == "domain" and "GB200" in gpu_types else "")
-    return [job for job in planned if job.end is not None and job.end <= now - timedelta(minutes=2)]
+    # Runs begun by now: those that ended are history; the others are still running when the demo opens.
+    return [job for job in planned if job.start is not None and job.start <= now - timedelta(minutes=1)]
 
 
-def _outcome(rng: random.Random, job: Planned) -> tuple[str, datetime, int | None, str]:
-    """How the run ended: most finish; a few fail or are cancelled by their owner part-way."""
+def _outcome(rng: random.Random, job: Planned, now: datetime) -> tuple[str, datetime | None, int | None, str]:
+    """How the run ended: most finish; a few fail or are cancelled by their owner part-way. Not ended by `now`:
+    still running (the simulated executor finishes it when its work is done, in real time)."""
     draw = rng.random()
+    if job.end > now:
+        return JobState.RUNNING, None, None, ""
     if draw < 0.04:
         return JobState.FAILED, job.end, 1, "exited with code 1"
     if draw < 0.07:
@@ -185,7 +190,8 @@ def _outcome(rng: random.Random, job: Planned) -> tuple[str, datetime, int | Non
 
 @transaction.atomic
 def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
-    """Write the week (once: a cluster with any job already has history). Returns jobs written."""
+    """Write the week (once: a cluster with any job already has history). Returns jobs written (ended and
+    still running)."""
     if Job.objects.filter(cluster=cluster).exists():
         return 0
     rng = random.Random(seed + 1)
@@ -194,7 +200,7 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
         host__domain__cluster=cluster).values_list("pk", "host__name", "index", "host_id")}
     jobs, ends = [], []
     for job in plan:
-        state, ended, exit_code, failure = _outcome(rng, job)
+        state, ended, exit_code, failure = _outcome(rng, job, now)
         ends.append((state, ended, exit_code, failure))
         jobs.append(Job(
             cluster=cluster, project=job.project, user=job.user, name=f"{job.kind}-{job.project.name}-{job.gpus}g",
@@ -204,7 +210,7 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
             started_at=job.start, run_started_at=job.start,
             run_protected_until=job.start + timedelta(seconds=job.min_runtime) if job.min_runtime else None,
             ended_at=ended, exit_code=exit_code, failure_reason=failure, simulated_duration=job.seconds,
-            work_done=(ended - job.start).total_seconds(),
+            work_done=(ended - job.start).total_seconds() if ended else 0,
         ))
     Job.objects.bulk_create(jobs, batch_size=500)
     if jobs and jobs[0].pk is None:  # a backend that does not return keys: read them back in order
@@ -222,8 +228,10 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
         ))
         events.append(JobEvent(job=row, at=job.start, kind=EventKind.START, actor=HISTORY_ACTOR,
                                detail=" ".join(job.gpu_ids)))
-        ran = format_duration((ended - job.start).total_seconds())
-        if state == JobState.COMPLETED:
+        ran = format_duration(((ended or now) - job.start).total_seconds())
+        if state == JobState.RUNNING:
+            pass
+        elif state == JobState.COMPLETED:
             events.append(JobEvent(job=row, at=ended, kind=EventKind.FINISH, actor="system:executor",
                                    detail=f"finished after {ran}"))
         elif state == JobState.FAILED:
@@ -241,7 +249,8 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
             if host_pk not in hosts:
                 hosts.append(host_pk)
         processes.extend(
-            JobProcess(job=row, host_id=host_pk, run=0, rank=rank, state=JobProcess.State.EXITED,
+            JobProcess(job=row, host_id=host_pk, run=0, rank=rank,
+                       state=JobProcess.State.EXITED if ended else JobProcess.State.ASSIGNED,
                        exit_code=exit_code, started_at=job.start, ended_at=ended)
             for rank, host_pk in enumerate(hosts)
         )
@@ -257,7 +266,8 @@ def _samples(cluster, plan: list[Planned], ends: list, *, now: datetime) -> None
     topology, _, total = measures_input(domain_views(cluster))
     at = now - timedelta(days=DAYS) + SAMPLE_EVERY
     samples = []
-    runs = sorted(((job.start, end[1], job) for job, end in zip(plan, ends, strict=True)), key=lambda run: run[0])
+    runs = sorted(((job.start, end[1] or job.end, job) for job, end in zip(plan, ends, strict=True)),
+                  key=lambda run: run[0])
     by_submit = sorted(plan, key=lambda job: job.submitted)
     running: list = []
     waiting: list[Planned] = []

@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 import time_machine
 from django.core.management import call_command
+from django.db.models import Sum
 from django.utils import timezone
 
 from budgets.models import Unit
@@ -20,7 +21,7 @@ from scheduler.executors import advance_simulated
 from scheduler.models import ClusterSample, GpuAssignment, Job
 from scheduler.selectors import format_percent
 from tests.conftest import get_user
-from topology.models import Cluster
+from topology.models import Cluster, Gpu
 
 pytestmark = pytest.mark.django_db
 
@@ -37,15 +38,21 @@ def seeded(db, now):
     return Cluster.objects.get(name="gb200-east")
 
 
-def test_the_demo_opens_on_a_week_of_ended_jobs_that_never_share_a_gpu(seeded, now):
+def test_the_demo_opens_on_a_week_of_jobs_that_never_share_a_gpu_and_a_busy_cluster(seeded, now):
     jobs = Job.objects.filter(cluster=seeded)
-    assert jobs.count() > 500
-    assert not jobs.exclude(state__in=FINAL_STATES).exists()
+    assert jobs.filter(state__in=FINAL_STATES).count() > 500
+    assert not jobs.exclude(state__in=[*FINAL_STATES, "running"]).exists()
     assert jobs.filter(ended_at__gt=now).count() == 0
     assert jobs.earliest("submitted_at").submitted_at >= now - timedelta(days=7)
+    # The runs not over by now go on: the cluster the demo opens on is busy, its GPUs held by live runs.
+    running = jobs.filter(state="running")
+    assert running.exists() and not running.filter(ended_at__isnull=False).exists()
+    held_now = GpuAssignment.objects.filter(released_at__isnull=True).count()
+    assert held_now == sum(job.gpus for job in running) > 100
+    assert Gpu.objects.aggregate(total=Sum("allocated_milli"))["total"] == held_now * 1000
     held = defaultdict(list)
     for gpu, start, end in GpuAssignment.objects.values_list("gpu_id", "assigned_at", "released_at"):
-        held[gpu].append((start, end))
+        held[gpu].append((start, end or now + timedelta(days=365)))
     for runs in held.values():
         runs.sort()
         assert all(earlier[1] <= later[0] for earlier, later in zip(runs, runs[1:], strict=False))
@@ -82,6 +89,22 @@ def test_the_what_if_replays_the_week_and_shows_nonzero_usage(seeded, now):
     assert assumptions["arrivals"]["replayed"] > 100
     olmo = next(row for row in results["units"] if row["unit"] == "olmo")
     assert olmo["with"]["usage_ratio"] > 0.05, olmo
+
+
+def test_the_first_tick_starts_new_work_beside_the_running_jobs(seeded, now):
+    from scheduler.tick import run_tick
+
+    running = set(Job.objects.filter(cluster=seeded, state="running").values_list("pk", flat=True))
+    load = DemoLoad(seed=4, max_pending=40, per_step=20)
+    with time_machine.travel(now + timedelta(seconds=5), tick=False):
+        load.step()
+        run_tick(seeded)
+    # The seeded runs are live runs like any other: each still runs, or its end (or preemption) is on its timeline.
+    for job in Job.objects.filter(pk__in=running).exclude(state="running"):
+        assert job.events.filter(kind__in=["finish", "preempt", "stop"]).exists(), job
+    started = Job.objects.filter(cluster=seeded, state="running").exclude(pk__in=running)
+    assert started.exists()
+    assert not Job.objects.filter(cluster=seeded, state="pending", pending_reason="").exists()
 
 
 def test_running_demo_again_adds_no_history(seeded, now):

@@ -41,8 +41,12 @@ class Command(BaseCommand):
 
             jobs = seed_history(cluster, now=timezone.now())
             if jobs:
-                self.stdout.write(f"demo history: a week of {jobs} ended jobs, so fair share and the what-if "
-                                  "have real numbers from the first page load")
+                from scheduler.models import Job
+
+                running = Job.objects.filter(cluster=cluster, state="running").count()
+                self.stdout.write(f"demo history: a week of {jobs - running} ended jobs and {running} still running, "
+                                  "so fair share, the dashboards and the what-if have real numbers from the first "
+                                  "page load")
         self.stdout.write(
             f"demo logins (password {DEMO_PASSWORD}): researchers alice, bob, carol, dan, erin; "
             "managers pat (nlp), lee (olmo), mia (multimodal); on-call olga; admin admin"
