@@ -43,7 +43,7 @@ chromium:
 run: install
 	$(RUN_ENV) $(PY) manage.py migrate --no-input -v 0
 	$(RUN_ENV) $(PY) manage.py demo
-	@test -s $(DEMO_SECRET) || $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $(DEMO_SECRET)
+	@mkdir -p $(dir $(DEMO_SECRET)); test -s $(DEMO_SECRET) || $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $(DEMO_SECRET)
 	@echo
 	@echo "Allot is at http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/docs/)"
 	@echo "Demo logins, password allot-demo: alice, bob, carol, dan, erin (researchers),"

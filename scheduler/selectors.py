@@ -11,6 +11,7 @@ from django.utils import timezone
 from budgets.models import Unit
 from scheduler.choices import LIVE_STATES
 from scheduler.core import model as core
+from scheduler.core import reasons as core_reasons
 from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
 from scheduler.models import ClusterSample, GpuAssignment, Job, Tick
 from scheduler.usage import usage_series
@@ -66,11 +67,9 @@ def unit_paths() -> dict[int, list[Unit]]:
 
 
 def format_percent(ratio: float) -> str:
-    """A ratio as a percent with the digits that tell small ones apart: 0.04 %, 3.5 %, 42 %."""
-    value = ratio * 100
-    if value == 0 or value >= 10:
-        return f"{value:.0f} %"
-    return f"{value:.2f} %" if value < 1 else f"{value:.1f} %"
+    """A ratio as a percent with the digits that tell small ones apart: 0.04 %, 3.5 %, 42 % (the core's rule,
+    so pages and reasons write the same number)."""
+    return core_reasons.format_percent(ratio)
 
 
 def explain_order(before: dict | None, row: dict) -> str:
