@@ -26,7 +26,9 @@ def test_with_debug_off_a_missing_page_and_a_refusal_are_the_products(demo, clie
     assert missing.status_code == 404
     html = missing.content.decode()
     assert "<title>Not found · Allot</title>" in html and "URLconf" not in html
-    assert client.get("/no/such/page/").content.decode().count("Not found · Allot") == 1
+    nowhere = client.get("/no/such/page/").content.decode()
+    assert nowhere.count("Not found · Allot") == 1 and "There is nothing at this address." in nowhere
+    assert "Resolver404" not in nowhere
     refused = client.post("/hosts/hgx-01-h01/drain/", {"reason": "test"})
     assert refused.status_code == 403
     assert "<title>Not allowed · Allot</title>" in refused.content.decode()
