@@ -1,6 +1,7 @@
 """Error pages: JSON under /api/ (clients parse it), the site's layout elsewhere."""
 
 from django.http import JsonResponse
+from django.shortcuts import render
 from django.urls import Resolver404
 from django.views import defaults
 
@@ -12,8 +13,10 @@ def _is_api(request) -> bool:
 def not_found(request, exception=None):
     if _is_api(request):
         return JsonResponse({"detail": f"no such resource: {request.path}"}, status=404)
-    # An address no page answers: the page says so; Django's Resolver404 (its class name) is no message.
-    return defaults.page_not_found(request, None if isinstance(exception, Resolver404) else exception)
+    if isinstance(exception, Resolver404) or not (exception and exception.args and isinstance(exception.args[0], str)):
+        # An address no page answers (or no message): the page says so, not an exception's class name.
+        return render(request, "404.html", {"request_path": request.path}, status=404)
+    return defaults.page_not_found(request, exception)
 
 
 def server_error(request):
