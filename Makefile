@@ -7,6 +7,10 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 # The embedded default: SQLite under var/, no Redis, Celery tasks in-process.
 RUN_ENV := DEBUG=1
+# The demo's web server runs as in production, DEBUG off (the product's 404 and 403 pages, never Django's
+# debug page), with a secret key made once for this checkout and kept in var/.
+DEMO_SECRET := var/demo-secret-key
+SERVE_ENV = DEBUG=0 SECRET_KEY="$$(cat $(DEMO_SECRET))"
 # The public traces (never committed): ../shared/traces beside the checkout, else where this machine keeps
 # them; ALLOT_TRACES set by the caller wins.
 ALLOT_TRACES ?= $(firstword $(wildcard $(abspath ../shared/traces) /work/shared/traces))
@@ -49,6 +53,7 @@ promtool:
 run: install
 	$(RUN_ENV) $(PY) manage.py migrate --no-input -v 0
 	$(RUN_ENV) $(PY) manage.py demo
+	@mkdir -p $(dir $(DEMO_SECRET)); test -s $(DEMO_SECRET) || $(PY) -c "import secrets; print(secrets.token_urlsafe(50))" > $(DEMO_SECRET)
 	@echo
 	@echo "Allot is at http://$(HOST):$(PORT)/  (API docs: http://$(HOST):$(PORT)/api/docs/)"
 	@echo "Demo logins, password allot-demo: alice, bob, carol, dan, erin (researchers),"
@@ -57,7 +62,7 @@ run: install
 	@echo
 	@$(RUN_ENV) $(PY) manage.py run_scheduler --demo-load & scheduler=$$!; \
 	trap 'kill $$scheduler 2>/dev/null; wait $$scheduler 2>/dev/null' EXIT INT TERM; \
-	$(RUN_ENV) $(PY) manage.py runserver --noreload $(HOST):$(PORT)
+	$(SERVE_ENV) $(PY) manage.py runserver --noreload $(HOST):$(PORT)
 
 test: install-test
 	$(VENV)/bin/ruff check .

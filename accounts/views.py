@@ -14,7 +14,10 @@ from accounts.services import token_revoke, token_revoke_all
 
 @login_required
 def account(request):
-    return render(request, "accounts/account.html", {"tokens": tokens_of(request.user)})
+    from notifications.views import account_context
+
+    return render(request, "accounts/account.html", {"tokens": tokens_of(request.user),
+                                                     **account_context(request.user)})
 
 
 @login_required

@@ -3,6 +3,7 @@
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 
 from budgets.models import Unit
@@ -26,10 +27,11 @@ class BudgetRequestForm(forms.Form):
         help_text="Percent of the parent's share of the cluster; a top-level unit's share is a percent of the cluster.",
     )
     starts_at = forms.DateTimeField(
-        required=False, widget=DateTimeLocalInput(), label="Starts", help_text="Empty: as soon as it is approved.",
+        required=False, widget=DateTimeLocalInput(), label=f"Starts ({settings.TIME_ZONE})",
+        help_text="Empty: as soon as it is approved.",
     )
     ends_at = forms.DateTimeField(
-        required=False, widget=DateTimeLocalInput(), label="Ends",
+        required=False, widget=DateTimeLocalInput(), label=f"Ends ({settings.TIME_ZONE})",
         help_text="Optional. A time-limited grant ends on its own; the share before it comes back.",
     )
     justification = forms.CharField(

@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from budgets.choices import ChangeSource, Role
-from budgets.models import POSIX_USER, Allocation, Membership, Unit, UserProfile
+from budgets.models import POSIX_USER, Allocation, AllocationChange, Membership, Unit, UserProfile
 from budgets.permissions import ONCALL_GROUP
 from budgets.services import apply_share, check_children_fit
 from topology.loaders import LoadError, read_yaml
@@ -220,12 +220,59 @@ def parse_org(data, *, clusters: Collection[str] | None = None) -> OrgSpec:
     return OrgSpec(users=users, units=units)
 
 
+def _fmt_percent(value: Decimal | None) -> str:
+    return "none" if value is None else f"{value.normalize():f} %"
+
+
+def changed_since_loaded(spec: OrgSpec, *, now) -> dict[tuple[str, str], str]:
+    """Shares the load would change that someone changed since the org file last set them.
+
+    (unit, cluster) → what happened, for the refusal. A share is "changed since loaded" when its value now
+    differs from what the loader last wrote for it (or the loader never wrote it and it is set): an
+    approved request, a direct edit. An expired grant that brought the loaded value back is no change.
+    """
+    wanted = {(unit.name, cluster): share for unit in spec.units for cluster, share in unit.shares.items()}
+    listed = {unit.name for unit in spec.units}
+    live = {
+        (row.unit.name, row.cluster.name): row.share_percent
+        for row in Allocation.objects.current(now).filter(unit__name__in=listed).select_related("unit", "cluster")
+    }
+    conflicts = {}
+    for key in sorted(set(wanted) | set(live)):
+        current, after = live.get(key), wanted.get(key)
+        if current == after:
+            continue
+        ledger = AllocationChange.objects.filter(unit__name=key[0], cluster__name=key[1], at__lte=now)
+        loaded = ledger.filter(source=ChangeSource.LOADER).order_by("-at", "-id").first()
+        if loaded is None and current is None:
+            continue
+        if loaded is not None and loaded.after_percent == current:
+            continue
+        other = ledger.exclude(source__in=[ChangeSource.LOADER, ChangeSource.EXPIRY]).order_by("-at", "-id").first()
+        who = (f" by {other.actor} ({other.get_source_display()}) at {timezone.localtime(other.at):%Y-%m-%d %H:%M %Z}"
+               if other is not None else "")
+        conflicts[key] = (f"{key[0]} on {key[1]}: {_fmt_percent(current)} now, set{who} since the org file was "
+                          f"last loaded ({_fmt_percent(loaded.after_percent if loaded else None)}); "
+                          f"the file says {_fmt_percent(after)}")
+    return conflicts
+
+
 @transaction.atomic
-def apply_org(spec: OrgSpec, *, actor: str = LOADER_ACTOR, reason: str = "org file loaded") -> dict:
-    """Create or update users, units, memberships and allocations to match `spec`."""
+def apply_org(spec: OrgSpec, *, actor: str = LOADER_ACTOR, reason: str = "org file loaded",
+              overwrite: bool = False) -> dict:
+    """Create or update users, units, memberships and allocations to match `spec`.
+
+    A share changed since the file last set it (an approved request, a direct edit) is not reverted
+    silently: the load is refused naming each one, unless `overwrite`, when each overwrite says in the
+    ledger what it replaced.
+    """
     User = get_user_model()
     now = timezone.now()
     changes = {"users": 0, "units": 0, "memberships": 0, "allocations": 0}
+    conflicts = changed_since_loaded(spec, now=now)
+    if conflicts and not overwrite:
+        raise LoadError([*conflicts.values(),
+                         "edit the file to keep these shares, or load it with --overwrite to put the file's back"])
 
     oncall, _ = Group.objects.get_or_create(name=ONCALL_GROUP)
     for user_spec in spec.users:
@@ -296,9 +343,11 @@ def apply_org(spec: OrgSpec, *, actor: str = LOADER_ACTOR, reason: str = "org fi
             if before is not None and after is not None and before.share_percent == after:
                 continue
             # The same timeline rules as a direct edit: from now on, up to any scheduled permanent change.
+            conflict = conflicts.get((unit.name, cluster_name))
             apply_share(
                 unit=unit, cluster=clusters[cluster_name], start=now, end=None, share=after, actor=actor,
-                source=ChangeSource.LOADER, reason=reason, now=now,
+                source=ChangeSource.LOADER, now=now,
+                reason=f"{reason} with --overwrite, replacing {conflict}" if conflict else reason,
             )
             touched.add((unit.parent_id, cluster_name))
             changes["allocations"] += 1
@@ -317,5 +366,5 @@ def apply_org(spec: OrgSpec, *, actor: str = LOADER_ACTOR, reason: str = "org fi
     return changes
 
 
-def load_org_file(path, *, actor: str = LOADER_ACTOR) -> dict:
-    return apply_org(parse_org(read_yaml(path)), actor=actor, reason=f"org file {path} loaded")
+def load_org_file(path, *, actor: str = LOADER_ACTOR, overwrite: bool = False) -> dict:
+    return apply_org(parse_org(read_yaml(path)), actor=actor, reason=f"org file {path} loaded", overwrite=overwrite)

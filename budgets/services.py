@@ -229,11 +229,32 @@ def budget_request_create(
     if starts_at is None and ends_at is None and current == share:
         raise ValidationError({"share": [f"{unit.name} already has {_fmt(share)} on {cluster.name}"]})
     parent_fraction = share_of_cluster(unit.parent, cluster, now) if unit.parent else 1.0
-    return BudgetRequest.objects.create(
+    created = BudgetRequest.objects.create(
         unit=unit, cluster=cluster, requested_by=user, created_at=now, requested_percent=share,
         starts_at=starts_at, ends_at=ends_at, justification=justification,
         parent_fraction_at_request=parent_fraction, decider_unit=decision_unit(unit, [user]),
     )
+    _tell_deciders(created, now=now)
+    return created
+
+
+def _tell_deciders(budget_request: BudgetRequest, *, now: datetime) -> None:
+    """Those who may decide it are told it waits for them (if they subscribed)."""
+    from django.contrib.auth import get_user_model
+    from django.urls import reverse
+
+    from budgets.selectors import deciders
+    from notifications.models import Kind
+    from notifications.services import notify
+
+    names = deciders(budget_request)
+    ids = get_user_model().objects.filter(username__in=names).values_list("pk", flat=True)
+    who = budget_request.requested_by.get_username()
+    notify(Kind.BUDGET_WAITING, user_ids=ids, at=now,
+           path=reverse("budget-request-detail", args=[budget_request.pk]),
+           subject=f"Allot: budget request #{budget_request.pk} waits for your decision",
+           text=f"{who} asks for {_fmt(budget_request.requested_percent)} of {budget_request.cluster.name} for "
+                f"{budget_request.unit.name}: {budget_request.justification[:300]}")
 
 
 def _decidable(budget_request: BudgetRequest, user, verb: str) -> None:
@@ -367,6 +388,7 @@ def budget_request_escalate(
     request.status = RequestStatus.ESCALATED
     request.comment = comment
     request.save(update_fields=["status", "comment"])
+    _tell_deciders(escalation, now=now)
     return escalation
 
 

@@ -1,3 +1,4 @@
+from django.conf import settings
 from django.urls import reverse
 
 from budgets.permissions import is_oncall
@@ -17,7 +18,7 @@ NAV = [
 def navigation(request):
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
-        return {}
+        return {"time_zone": settings.TIME_ZONE}
     path = request.path
     items = [
         {"label": label, "url": reverse(name), "active": any(path.startswith(p) for p in prefixes)}
@@ -37,4 +38,6 @@ def navigation(request):
             repairs = next(item for item in items if item["label"] == "Repairs")
             repairs["badge"] = broken
             repairs["badge_title"] = f"{broken} host{'s' if broken != 1 else ''} drained or down, waiting for repair"
-    return {"nav_items": items, "is_oncall": oncall, "budget_requests_waiting": waiting}
+    # Every time on the pages is in this zone; the top bar says which.
+    return {"nav_items": items, "is_oncall": oncall, "budget_requests_waiting": waiting,
+            "time_zone": settings.TIME_ZONE}

@@ -1,6 +1,8 @@
 """Error pages: JSON under /api/ (clients parse it), the site's layout elsewhere."""
 
 from django.http import JsonResponse
+from django.shortcuts import render
+from django.urls import Resolver404
 from django.views import defaults
 
 
@@ -11,6 +13,9 @@ def _is_api(request) -> bool:
 def not_found(request, exception=None):
     if _is_api(request):
         return JsonResponse({"detail": f"no such resource: {request.path}"}, status=404)
+    if isinstance(exception, Resolver404) or not (exception and exception.args and isinstance(exception.args[0], str)):
+        # An address no page answers (or no message): the page says so, not an exception's class name.
+        return render(request, "404.html", {"request_path": request.path}, status=404)
     return defaults.page_not_found(request, exception)
 
 

@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "topology",
     "budgets",
     "scheduler",
+    "notifications",
 ]
 
 MIDDLEWARE = [
@@ -234,6 +235,8 @@ CELERY_TASK_ROUTES = {
     "scheduler.tick": {"queue": "ticks"},
     "budgets.tasks.expire_allocations": {"queue": "ticks"},
     "budgets.tasks.run_what_if": {"queue": "simulations"},
+    # Deliveries wait on other people's mail servers and webhooks: never on the ticks' queue.
+    "notifications.deliver": {"queue": "simulations"},
 }
 # A worker takes one message at a time: a long simulation holds no tick, nor other simulations, behind it.
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -264,9 +267,14 @@ CELERY_BEAT_SCHEDULE = {
     "expire-allocations": {
         "task": "budgets.tasks.expire_allocations", "schedule": 60.0, "options": {"expires": 60},
     },
+    # Notifications due (new ones and retries), on the workers, never inside a tick.
+    "notifications-deliver": {"task": "notifications.deliver", "schedule": 15.0, "options": {"expires": 15}},
 }
-# Simulated executor: how many seconds of a job's work pass in one real second.
-ALLOT_SIMULATION_SPEED = env_int("ALLOT_SIMULATION_SPEED", 60)
+# Links in notifications (e-mail, webhooks) start with this.
+ALLOT_BASE_URL = env_str("ALLOT_BASE_URL", "http://127.0.0.1:8000")
+# Simulated executor: how many seconds of a job's work pass in one real second. 1 (the default) keeps one clock:
+# work, protection, estimated starts, drains and the what-if all run in real time. The fault tests raise it.
+ALLOT_SIMULATION_SPEED = env_int("ALLOT_SIMULATION_SPEED", 1)
 # The dashboards' history: the tick keeps one sample of each cluster this often (seconds).
 ALLOT_SAMPLE_SECONDS = env_int("ALLOT_SAMPLE_SECONDS", 60)
 # /metrics: when set, scrapers must send `Authorization: Bearer <token>`; empty: open (the usual for Prometheus).

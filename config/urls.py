@@ -16,6 +16,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("accounts.urls")),
+    path("", include("notifications.urls")),
     path("api/", include("config.api_urls")),
     path("", include("topology.urls")),
     path("", include("budgets.urls")),

@@ -9,6 +9,7 @@ is shorter than `max_pending` so the demo stays lively but bounded.
 import random
 from datetime import timedelta
 
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from budgets.choices import Role
@@ -16,15 +17,17 @@ from budgets.models import Membership
 from scheduler.models import Job
 from scheduler.services import JobError, JobRequest, job_submit
 from topology.choices import Executor, HostState
-from topology.models import Cluster, Host
+from topology.health import HEALTH_ACTOR
+from topology.models import Cluster, Host, HostEvent
 from topology.services import host_report_xid, host_resume
 
-# (weight, gpus choices, topology, min_runtime choices, work seconds range, resumable)
+# (weight, gpus choices, topology, min_runtime choices, work seconds range, resumable). The demo runs in real
+# time (one clock for work, protection, estimates and drains), so its jobs are short ones: minutes, not hours.
 SHAPES = [
-    (5, [1, 2, 4], "any", [300, 600, 900], (300, 1800), False),  # debug
-    (4, [4, 8], "any", [3600, 7200], (3600, 4 * 3600), True),  # single-host training
-    (2, [16, 32, 64], "domain", [2 * 3600, 4 * 3600], (4 * 3600, 12 * 3600), True),  # rack-scale training
-    (3, [1, 4, 8], "any", [0], (1800, 6 * 3600), True),  # unallocated sweeps
+    (5, [1, 2, 4], "any", [300, 600], (180, 900), False),  # debug
+    (4, [4, 8], "any", [600, 900], (600, 2400), True),  # single-host training
+    (2, [16, 32, 64], "domain", [900, 1800], (1200, 3600), True),  # rack-scale training
+    (3, [1, 4, 8], "any", [0], (300, 1800), True),  # unallocated sweeps
 ]
 
 
@@ -38,8 +41,9 @@ class DemoLoad:
     """Submissions on every simulated cluster; with `faults`, also GPU faults now and then, and their repair.
 
     Faults go through the same path as an agent's XID report (the cluster's health policy decides), so the
-    demo shows automated drains, their progress and the repair list; a drained host is repaired (resumed)
-    `repair_after` seconds later by the demo's repair crew.
+    demo shows automated drains, their progress and the repair list; a host the injector broke is repaired
+    (resumed) by the demo's repair crew once drained and `repair_after` seconds after the fault. The crew
+    leaves every other host alone: a drain by the on-call stays until the on-call resumes it.
     """
 
     def __init__(self, *, seed: int = 7, max_pending: int = 40, per_step: int = 2, faults: bool = False,
@@ -71,15 +75,21 @@ class DemoLoad:
 
     def _faults(self, cluster) -> None:
         now = timezone.now()
-        for host in Host.objects.filter(domain__cluster=cluster, state=HostState.DRAINED,
-                                        state_changed_at__lte=now - timedelta(seconds=self.repair_after)):
+        # The crew repairs only what its own injector broke: a host the health policy took out for an XID
+        # the injector reported, drained (or down) long enough. An on-call's drain is left to the on-call.
+        broken_by_injector = HostEvent.objects.filter(
+            host=OuterRef("pk"), kind=HostEvent.Kind.XID, actor=FAULT_ACTOR, at=OuterRef("state_changed_at"))
+        for host in Host.objects.filter(
+            Exists(broken_by_injector), domain__cluster=cluster, state__in=[HostState.DRAINED, HostState.DOWN],
+            state_actor=HEALTH_ACTOR, state_changed_at__lte=now - timedelta(seconds=self.repair_after),
+        ):
             host_resume(host=host, actor=REPAIR_ACTOR, reason="repaired: GPU reseated and field diagnostics passed")
         if self.next_fault_at is None:
             self.next_fault_at = now + timedelta(seconds=self.faults.uniform(0.5, 1.0) * self.fault_every)
         if now < self.next_fault_at:
             return
         self.next_fault_at = now + timedelta(seconds=self.faults.uniform(0.5, 1.5) * self.fault_every)
-        faulty = Host.objects.filter(domain__cluster=cluster, state_actor__in=["system:health", REPAIR_ACTOR]).exclude(
+        faulty = Host.objects.filter(domain__cluster=cluster, state_actor__in=[HEALTH_ACTOR, REPAIR_ACTOR]).exclude(
             state=HostState.UP).count()
         candidates = list(Host.objects.filter(domain__cluster=cluster, state=HostState.UP).order_by("name"))
         if faulty >= self.max_faulty_hosts or not candidates:

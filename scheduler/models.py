@@ -127,6 +127,12 @@ class Job(models.Model):
         return self.state in LIVE_STATES
 
     @property
+    def shown_state(self) -> str:
+        """The state as pages say it: a live job asked to stop (cancelled, failing) is `stopping` until its
+        processes are gone, not `running` with a second Cancel button."""
+        return "stopping" if self.state in (JobState.STARTING, JobState.RUNNING) and self.stop_cause else self.state
+
+    @property
     def protected_until(self):
         """When this run's protection ends, as the scheduler decided it at the run's start: the minimum
         runtime, doubled per earlier preemption up to the cluster's cap (`scheduler.core.model.protection`)."""

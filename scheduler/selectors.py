@@ -7,10 +7,12 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Q, Sum
+from django.utils import timezone
 
 from budgets.models import Unit
 from scheduler.choices import LIVE_STATES
 from scheduler.core import model as core
+from scheduler.core import reasons as core_reasons
 from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
 from scheduler.models import ClusterSample, GpuAssignment, Job, Tick
 from scheduler.usage import Usage, usage_series
@@ -109,11 +111,9 @@ def unit_paths() -> dict[int, list[Unit]]:
 
 
 def format_percent(ratio: float) -> str:
-    """A ratio as a percent with the digits that tell small ones apart: 0.04 %, 3.5 %, 42 %."""
-    value = ratio * 100
-    if value == 0 or value >= 10:
-        return f"{value:.0f} %"
-    return f"{value:.2f} %" if value < 1 else f"{value:.1f} %"
+    """A ratio as a percent with the digits that tell small ones apart: 0.04 %, 3.5 %, 42 % (the core's rule,
+    so pages and reasons write the same number)."""
+    return core_reasons.format_percent(ratio)
 
 
 def explain_order(before: dict | None, row: dict) -> str:
@@ -240,6 +240,12 @@ def free_by_domain(views) -> list[dict]:
 
 # ---------------------------------------------------------------- the dashboard's history
 
+def chart_time(moment: datetime) -> str:
+    """A moment as the charts draw it: in the site's time zone (the one every page labels), no offset (Plotly
+    would read one in the browser's zone)."""
+    return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S")
+
+
 RANGES = {"1h": 3600, "6h": 6 * 3600, "24h": 86400, "3d": 3 * 86400}
 MAX_POINTS = 360
 
@@ -276,7 +282,7 @@ def sample_series(cluster, *, now, seconds: int, points: int = MAX_POINTS) -> di
 
     for index in sorted(groups):
         members = groups[index]
-        series["x"].append(max(member[0] for member in members).isoformat())
+        series["x"].append(chart_time(max(member[0] for member in members)))
         for position, key in enumerate(("allocated", "unallocated", "idle", "unavailable"), start=1):
             series[key].append(mean([member[position] for member in members]))
         series["healthy"].append(round(series["allocated"][-1] + series["unallocated"][-1] + series["idle"][-1], 3))
@@ -328,7 +334,7 @@ def project_usage_series(cluster, *, now, seconds: int, points: int = 120) -> di
                 default=count)
     first = min(first, count - 1)
     return {
-        "x": [(start + timedelta(seconds=(index + 0.5) * bucket)).isoformat() for index in range(first, count)],
+        "x": [chart_time(start + timedelta(seconds=(index + 0.5) * bucket)) for index in range(first, count)],
         "projects": {name: values[first:] for name, values in projects.items()},
         "bucket_seconds": bucket,
     }

@@ -13,7 +13,7 @@ from budgets.permissions import is_member, manages
 from budgets.selectors import share_of_cluster
 from client.execution import ENV_NAME, RESERVED_NAMES, RESERVED_PREFIXES
 from config.text import forbidden_in
-from scheduler.choices import LIVE_STATES, EventKind, JobState, Priority, Topology
+from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Priority, Topology
 from scheduler.core.durations import format_duration
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess
@@ -389,5 +389,9 @@ def job_end_run(*, job: Job, outcome: str, at: datetime, actor: str, cause: str 
         JobState.FAILED: f"failed: {reason}" + (f", exit code {exit_code}" if exit_code is not None else ""),
     }[state]
     JobEvent.objects.create(job=job, at=at, kind=kind, actor=actor, cause=stop, detail=summary)
+    if state in FINAL_STATES:
+        from scheduler.notify import job_ended
+
+        job_ended(job.pk, summary=summary, at=at)
     job.refresh_from_db()
     return job

@@ -22,6 +22,7 @@ from scheduler.core.durations import format_duration
 from scheduler.executors import advance_simulated, expire_heartbeats, reconcile
 from scheduler.history import after_tick
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess, Tick
+from scheduler.notify import job_preempted, job_started
 from scheduler.services import job_end_run
 from scheduler.snapshot import TickInput, build_snapshot, moment
 from topology.choices import Executor, HostState
@@ -101,7 +102,8 @@ def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Dec
     for change in decisions.host_changes:
         host = Host.objects.select_for_update().get(name=change.host)
         if host.state == HostState.DRAINING and change.state == HostState.DRAINED:
-            host.set_state(change.state, actor=SCHEDULER, reason=change.reason, at=now)
+            # The on-call's (or the health policy's) reason, who and when stay on the host until resume.
+            host.set_state(change.state, actor=SCHEDULER, reason=change.reason, at=now, keep_reason=True)
     _write_earmarks(tick_input, decisions, now)
     _write_queue_fields(tick_input, decisions)
     result.pending = len(decisions.pending)
@@ -178,6 +180,7 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
         cause=start.reason[:200],
     )
     log.info("job %s started on %s", job_pk, ", ".join(hosts), extra={"job": job_pk, "host": ",".join(hosts)})
+    job_started(job_pk, hosts=hosts, at=now)
     return True
 
 
@@ -191,6 +194,7 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
         JobEvent.objects.create(job=job, at=now, kind=EventKind.PREEMPT, actor=SCHEDULER,
                                 cause=preemption.cause, detail=preemption.reason)
         Job.objects.filter(pk=job_pk).update(preemptions=F("preemptions") + 1)
+        job_preempted(job_pk, reason=preemption.reason, requeue=job.resumable, at=now)
         return job_end_run(job=job, outcome="lost", at=now, actor=SCHEDULER, cause=preemption.cause) is not None
     claimed = Job.objects.filter(pk=job_pk, state__in=[JobState.STARTING, JobState.RUNNING], stop_cause="").update(
         state=JobState.PREEMPTING, stop_cause=preemption.cause,
@@ -206,6 +210,7 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
                f"{'requeues' if preemption.requeue else 'does not requeue'})",
     )
     log.info("job %s preempted: %s", job_pk, preemption.cause, extra={"job": job_pk})
+    job_preempted(job_pk, reason=preemption.reason, requeue=preemption.requeue, at=now)
     return True
 
 

@@ -88,7 +88,7 @@ def job_detail(request, pk):
         "runs": list(range(job.restarts + 1)),
         "show_command": command_visibility(request.user)(job),
         "account": posix_account(job.user),
-        "can_cancel": can_cancel(request.user, job) and not job.is_final,
+        "can_cancel": can_cancel(request.user, job) and not job.is_final and job.stop_cause != "cancel",
     }
     template = "scheduler/_job_body.html" if request.htmx else "scheduler/job_detail.html"
     return render(request, template, context)

@@ -228,15 +228,22 @@ class Host(models.Model):
     def schedulable(self) -> bool:
         return self.state in SCHEDULABLE_STATES
 
-    def set_state(self, state: str, *, actor: str, reason: str, at=None) -> "HostEvent":
-        """Change state, keeping who, why and when on the host and in its history."""
+    def set_state(self, state: str, *, actor: str, reason: str, at=None, keep_reason: bool = False) -> "HostEvent":
+        """Change state, keeping who, why and when on the host and in its history.
+
+        `keep_reason`: a state change that is not a new decision (a drain that finished): the host keeps the
+        reason, who gave it and when, as `sinfo -R` does, until someone resumes it; the history has the change.
+        """
         at = at or timezone.now()
         before = self.state
         self.state = state
-        self.state_reason = reason
-        self.state_actor = actor
-        self.state_changed_at = at
-        self.save(update_fields=["state", "state_reason", "state_actor", "state_changed_at"])
+        if keep_reason:
+            self.save(update_fields=["state"])
+        else:
+            self.state_reason = reason
+            self.state_actor = actor
+            self.state_changed_at = at
+            self.save(update_fields=["state", "state_reason", "state_actor", "state_changed_at"])
         return HostEvent.objects.create(
             host=self, at=at, kind=HostEvent.Kind.STATE, actor=actor,
             detail=f"{before} → {state}: {reason}",

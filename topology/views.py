@@ -1,3 +1,6 @@
+from datetime import timedelta
+
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -9,8 +12,17 @@ from django.views.decorators.http import require_POST
 from budgets.permissions import is_oncall
 from topology.choices import HostState
 from topology.health import xid_advice, xid_meaning
-from topology.models import Cluster, Domain, Host
-from topology.selectors import cluster_summary, domain_views, host_view, hosts_out_of_service, mark_reservations
+from topology.models import Cluster, Domain, Host, HostEvent
+from topology.selectors import (
+    GPU_HEALTH_KINDS,
+    MARK_WINDOW,
+    cluster_summary,
+    domain_views,
+    gpu_health_marks,
+    host_view,
+    hosts_out_of_service,
+    mark_reservations,
+)
 from topology.services import ALREADY, TRANSITIONS, HostActionError, host_cordon, host_drain, host_resume
 
 HOST_ACTIONS = {"cordon": host_cordon, "drain": host_drain, "resume": host_resume}
@@ -54,6 +66,7 @@ def _range(request) -> str:
 def cluster_dashboard_data(request, name):
     """The charts' data for one range, as JSON (the page fetches it again every 30 s)."""
     from scheduler.selectors import (
+        chart_time,
         cluster_measures,
         free_by_domain,
         project_consumption,
@@ -67,9 +80,16 @@ def cluster_dashboard_data(request, name):
     seconds = range_seconds(cluster, _range(request))
     views = domain_views(cluster)
     healthy = cluster.gpu_counts()["healthy"]
+    every = settings.ALLOT_SAMPLE_SECONDS
     return JsonResponse({
         "now": now.isoformat(),
         "range_seconds": seconds,
+        # What the charts draw, in the pages' time zone: the whole chosen range, and when the next sample is due.
+        "zone": settings.TIME_ZONE,
+        "range_start": chart_time(now - timedelta(seconds=seconds)),
+        "range_end": chart_time(now),
+        "sample_seconds": every,
+        "next_sample": timezone.localtime(now + timedelta(seconds=every)).strftime("%H:%M"),
         "samples": sample_series(cluster, now=now, seconds=seconds),
         "domains": free_by_domain(views),
         "largest_placeable": cluster_measures(cluster, views).fragmentation.largest_placeable,
@@ -87,6 +107,21 @@ def _job_facts(views) -> dict:
     return {job.pk: job for job in Job.objects.filter(pk__in=ids).select_related("user", "project")}
 
 
+def _mark_gpu_health(view, domain: Domain) -> None:
+    """GPUs a recent health event names (an XID, an NVML error, …) carry its mark on the rack, as on the host
+    page: one query for the domain, then the host page's two for each host with such an event."""
+    since = timezone.now() - MARK_WINDOW
+    marked_hosts = set(HostEvent.objects.filter(host__domain=domain, kind__in=list(GPU_HEALTH_KINDS),
+                                                gpu__isnull=False, at__gte=since).values_list("host_id", flat=True))
+    for tray in view.hosts:
+        if tray.host.pk not in marked_hosts:
+            continue
+        marks = gpu_health_marks(tray.host)
+        for gpu in tray.gpus:
+            if gpu.index in marks:
+                gpu.mark, gpu.mark_at, gpu.mark_detail = marks[gpu.index]
+
+
 @login_required
 def domain_detail(request, name, domain):
     """The rack: trays × GPUs coloured by what they do, reserved hosts marked, each GPU's job on hover."""
@@ -99,6 +134,7 @@ def domain_detail(request, name, domain):
     reservations = [r for r in (tick.reservations if tick else []) if r.get("domain") == domain.name
                     or set(r.get("hosts", [])) & {h.host.name for h in view.hosts}]
     mark_reservations([view], reservations)
+    _mark_gpu_health(view, domain)
     jobs = _job_facts([view])
     for tray in view.hosts:
         for gpu in tray.gpus:

@@ -18,10 +18,13 @@ def pct(value) -> str:
 
 @register.filter
 def ratio(value) -> str:
-    """usage / entitlement as a percent: `40 %`; `—` when entitled to nothing."""
+    """usage / entitlement as a percent, as every page and reason writes it (0.04 %, 3.5 %, 42 %); `—` when
+    entitled to nothing."""
+    from scheduler.core.reasons import format_percent
+
     if value is None or value == "":
         return "—"
-    return f"{value * 100:.0f} %"
+    return format_percent(float(value))
 
 
 @register.filter

@@ -818,8 +818,8 @@ class Cycle:
             text += (f"; no running job may be preempted for it (each is protected by its minimum runtime, "
                      f"or belongs to project {job.project} or to a unit less served)")
         if head is not None and head.project != job.project and unit_ratios[head.project] < project_ratio:
-            ahead, yours = reasons.format_ratio(unit_ratios[head.project]), reasons.format_ratio(project_ratio)
-            text += f"; waiting behind project {head.project} (ratio {ahead} vs yours {yours})"
+            ahead, yours = reasons.format_percent(unit_ratios[head.project]), reasons.format_percent(project_ratio)
+            text += f"; waiting behind project {head.project} (usage ratio {ahead} vs yours {yours})"
         return text
 
     def _need_and_free(self, job: PendingJob) -> str:

@@ -15,11 +15,19 @@ def format_time(when: float, now: float) -> str:
 
 
 def format_percent(ratio: float) -> str:
-    return "∞ %" if math.isinf(ratio) else f"{ratio * 100:.0f} %"
+    """A usage ratio as every page, reason and CLI line writes it: a percent with the digits that tell small
+    ones apart (0.04 %, 3.5 %, 42 %); ∞ % for a unit entitled to nothing."""
+    if math.isinf(ratio):
+        return "∞ %"
+    value = ratio * 100
+    if value == 0 or value >= 10:
+        return f"{value:.0f} %"
+    return f"{value:.2f} %" if value < 1 else f"{value:.1f} %"
 
 
 def format_ratio(ratio: float) -> str:
-    return "∞" if math.isinf(ratio) else f"{ratio:.2f}"
+    """The same as `format_percent`: one unit for usage ratios everywhere."""
+    return format_percent(ratio)
 
 
 def window_label(window: float) -> str:

@@ -11,3 +11,8 @@ document.addEventListener("click", function (event) {
     window.history.back();
   }
 });
+document.addEventListener("submit", function (event) {
+  // <form data-confirm="…">: asks first (cancelling a job cannot be undone); no submission unless confirmed.
+  var form = event.target.closest("form[data-confirm]");
+  if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
+});

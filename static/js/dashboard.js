@@ -19,36 +19,52 @@
     return String(text).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   }
 
+  // The time axis of every history chart: the whole chosen range, in the pages' time zone (the server sends
+  // times in it, without an offset), whether there is one sample in it or hundreds.
+  var timeAxis = {type: "date"};
+
   function layout(extra) {
     var base = {
       height: 280, margin: {l: 55, r: 15, t: 10, b: 40}, legend: {orientation: "h", y: -0.22},
       hovermode: "x unified", font: {family: "system-ui, sans-serif", size: 12},
-      xaxis: {type: "date"}, yaxis: {rangemode: "tozero"}
+      xaxis: timeAxis, yaxis: {rangemode: "tozero"}
     };
     return Object.assign(base, extra || {});
   }
 
+  // A line needs two points: with fewer, each point is drawn as a marker too.
+  function shown(trace) {
+    if (trace.x && trace.x.length < 3 && trace.mode === "lines") { trace.mode = "lines+markers"; }
+    return trace;
+  }
+
   function draw(id, traces, extra) {
     var element = document.getElementById(id);
-    if (element) { Plotly.react(element, traces, layout(extra), config); }
+    if (element) { Plotly.react(element, traces.map(shown), layout(extra), config); }
   }
 
   function area(x, y, name, color) {
     return {x: x, y: y, name: name, type: "scatter", mode: "lines", stackgroup: "one",
-            line: {width: 0.5, color: color}, fillcolor: color};
+            line: {width: 0.5, color: color}, fillcolor: color, marker: {color: color, size: 7}};
+  }
+
+  function nothingYet(data, points) {
+    if (points > 0) { return []; }
+    return [{text: "No samples in this range yet.<br>The first appears by " + data.next_sample + " " + data.zone +
+                   "<br>(one every " + Math.round(data.sample_seconds / 60) + " min).",
+             showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5}];
   }
 
   function render(data) {
     var s = data.samples;
-    var empty = s.x.length === 0;
+    timeAxis = {type: "date", range: [data.range_start, data.range_end], hoverformat: "%Y-%m-%d %H:%M"};
+    var empty = nothingYet(data, s.x.length);
     draw("plot-occupancy", [
       area(s.x, s.allocated, "allocated (charged)", colors.allocated),
       area(s.x, s.unallocated, "unallocated (free)", colors.unallocated),
       area(s.x, s.idle, "idle", colors.idle),
       area(s.x, s.unavailable, "unavailable", colors.unavailable)
-    ], {yaxis: {title: {text: "GPUs"}, rangemode: "tozero"},
-        annotations: empty ? [{text: "No samples yet: the scheduler keeps one a minute.", showarrow: false,
-                               xref: "paper", yref: "paper", x: 0.5, y: 0.5}] : []});
+    ], {yaxis: {title: {text: "GPUs"}, rangemode: "tozero"}, annotations: empty});
 
     var domains = data.domains;
     var sizes = Object.keys(s.stranded);
@@ -72,14 +88,14 @@
     draw("plot-stranded", sizes.map(function (k) {
       return {x: s.x, y: s.stranded[k].map(function (v) { return v * 100; }), name: k + " GPUs", type: "scatter",
               mode: "lines", line: {color: sizeColors[k] || colors.muted, width: 2}};
-    }), {yaxis: {title: {text: "% of free GPUs"}, range: [0, 105]}});
+    }), {yaxis: {title: {text: "% of free GPUs"}, range: [0, 105]}, annotations: empty});
 
     draw("plot-largest", [
       {x: s.x, y: s.largest_placeable, name: "largest placeable job", type: "scatter", mode: "lines",
        line: {shape: "hv", color: colors.brand, width: 2}},
       {x: s.x, y: s.free, name: "free GPUs", type: "scatter", mode: "lines",
        line: {color: colors.unallocated, width: 1.5, dash: "dot"}}
-    ], {yaxis: {title: {text: "GPUs"}, rangemode: "tozero"}});
+    ], {yaxis: {title: {text: "GPUs"}, rangemode: "tozero"}, annotations: empty});
 
     draw("plot-demand", [
       {x: s.x, y: s.healthy, name: "healthy GPUs", type: "scatter", mode: "lines",
@@ -90,7 +106,7 @@
        line: {color: colors.reserved, width: 1.5}},
       {x: s.x, y: s.pending_allocated_gpus, name: "of which allocated", type: "scatter", mode: "lines",
        line: {color: "#b07d12", width: 1.5}}
-    ], {yaxis: {title: {text: "GPUs"}, rangemode: "tozero"}});
+    ], {yaxis: {title: {text: "GPUs"}, rangemode: "tozero"}, annotations: empty});
 
     var c = data.consumption.slice().reverse();
     var labels = c.map(function (p) { return escape(p.parent ? p.parent + " › " + p.project : p.project); });
@@ -120,17 +136,17 @@
     var palette = ["#2e7d5b", "#1f5fa8", "#f2c14e", "#b54a4a", "#7fc8a9", "#8a5fb5", "#e08a3c", "#5b6675"];
     draw("plot-projects", Object.keys(p.projects).map(function (name, i) {
       return area(p.x, p.projects[name], escape(name), palette[i % palette.length]);
-    }), {yaxis: {title: {text: "GPUs"}, rangemode: "tozero"}});
+    }), {yaxis: {title: {text: "GPUs"}, rangemode: "tozero"}, annotations: nothingYet(data, p.x.length)});
 
     draw("plot-ticks", [
       {x: s.x, y: s.tick_max.map(function (v) { return v * 1000; }), name: "slowest", type: "scatter",
        mode: "lines", line: {color: colors.unavailable, width: 1}},
       {x: s.x, y: s.tick_mean.map(function (v) { return v === null ? null : v * 1000; }), name: "mean",
        type: "scatter", mode: "lines", line: {color: colors.brand, width: 2}}
-    ], {yaxis: {title: {text: "milliseconds"}, rangemode: "tozero"}});
+    ], {yaxis: {title: {text: "milliseconds"}, rangemode: "tozero"}, annotations: empty});
 
     if (updated) {
-      updated.textContent = "updated " + new Date(data.now).toLocaleTimeString() + " · " + s.x.length + " points";
+      updated.textContent = "updated " + data.range_end.slice(11, 19) + " " + data.zone + " · " + s.x.length + " points";
     }
   }
 

@@ -113,7 +113,10 @@ def test_an_xid_79_drains_the_host_and_its_jobs_leave_at_their_minimum_runtime(l
         # With no job left, the next tick drains it; it is on the repair list with its cause.
         run_tick(lab)
         host = Host.objects.get(name=HOST)
-        assert host.state == HostState.DRAINED and host.state_actor == "system:scheduler"
+        # "drained" is a state change: the reason, who gave it and when stay until resume (as `sinfo -R`).
+        assert host.state == HostState.DRAINED
+        assert (host.state_actor, host.state_reason, host.state_changed_at) == (
+            "system:health", "XID 79 on GPU 3: GPU has fallen off the bus", xid_at)
         assert not Job.objects.filter(assignments__gpu__host=host, assignments__released_at__isnull=True).exists()
         changes = list(HostEvent.objects.filter(host=host, kind="state").order_by("at", "id").values_list(
             "actor", "detail"))
@@ -123,3 +126,26 @@ def test_an_xid_79_drains_the_host_and_its_jobs_leave_at_their_minimum_runtime(l
         ]
         html = client.get("/repairs/").content.decode()
         assert f'data-host="{HOST}"' in html and "XID 79 on GPU 3: GPU has fallen off the bus" in html
+
+
+def test_an_on_call_drain_keeps_its_reason_who_and_when_once_drained_until_resume(demo, client):
+    from topology.services import host_drain, host_resume
+
+    host = Host.objects.get(name="hgx-02-h01")
+    asked = T0 + timedelta(minutes=3)
+    with time_machine.travel(asked, tick=False):
+        host_drain(host=host, actor="olga", reason="RMA ticket 4242")
+    with time_machine.travel(asked + timedelta(minutes=1), tick=False):
+        run_tick(demo)  # nothing runs there: drained at once
+    host.refresh_from_db()
+    assert host.state == HostState.DRAINED
+    assert (host.state_reason, host.state_actor, host.state_changed_at) == ("RMA ticket 4242", "olga", asked)
+    assert HostEvent.objects.filter(host=host, kind="state").latest("at").detail.startswith("draining → drained")
+    client.force_login(get_user("olga"))
+    page = client.get(f"/hosts/{host.name}/").content.decode()
+    assert 'data-testid="host-reason">RMA ticket 4242<' in page and "<strong>olga</strong>" in page
+    assert "RMA ticket 4242" in client.get("/repairs/").content.decode()
+    with time_machine.travel(asked + timedelta(hours=2), tick=False):
+        host_resume(host=host, actor="olga", reason="tray replaced")
+    host.refresh_from_db()
+    assert (host.state, host.state_reason) == (HostState.UP, "tray replaced")

@@ -1,5 +1,6 @@
 """The per-cluster health policy: events in heartbeats (and their absence) become recorded actions."""
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from topology.choices import HostState
 from topology.health import DEFAULT_HEALTH_POLICY, HealthPolicy, parse_health_policy, xid_meaning
 from topology.loaders import LoadError, apply_cluster, parse_cluster
 from topology.models import Cluster, Host, HostEvent
+from topology.services import host_drain
 
 pytestmark = pytest.mark.django_db
 
@@ -199,12 +201,22 @@ def test_the_demo_injects_faults_through_the_policy_and_repairs_drained_hosts(de
     if demo.health.for_xid(xid.code) == "drain":
         assert host.state == HostState.DRAINING and host.state_actor == "system:health"
         assert host.state_reason.startswith(f"XID {xid.code} on GPU ")
-    # Drained long enough ago: the repair crew brings it back, recorded like anyone's action.
-    host.set_state(HostState.DRAINED, actor="system:scheduler", reason="no jobs left",
-                   at=timezone.now() - timedelta(minutes=11))
+    assert demo.health.for_xid(xid.code) == "drain"  # this seed's fault drains: the crew's case
+    # An on-call's own drain of another host, finished long ago: not the crew's to resume.
+    other = Host.objects.filter(domain__cluster=demo, state=HostState.UP).exclude(pk=host.pk).first()
+    host_drain(host=other, actor="olga", reason="RMA ticket 4242")
+    long_ago = timezone.now() - timedelta(minutes=11)
+    for broken in (host, other):
+        broken.refresh_from_db()
+        broken.set_state(HostState.DRAINED, actor="system:scheduler", reason="no jobs left", keep_reason=True)
+    Host.objects.filter(pk__in=[host.pk, other.pk]).update(state_changed_at=long_ago)
+    HostEvent.objects.filter(pk=xid.pk).update(at=long_ago)
+    # Drained, the fault long enough ago: the repair crew brings it back, recorded like anyone's action.
     load.step()
     host.refresh_from_db()
     assert (host.state, host.state_actor) == (HostState.UP, REPAIR_ACTOR)
+    other.refresh_from_db()
+    assert (other.state, other.state_actor, other.state_reason) == (HostState.DRAINED, "olga", "RMA ticket 4242")
 
 
 def test_without_faults_the_demo_only_submits(demo):
@@ -212,3 +224,19 @@ def test_without_faults_the_demo_only_submits(demo):
 
     DemoLoad(faults=False).step()
     assert not HostEvent.objects.filter(kind="xid").exists()
+
+
+def test_a_gpu_an_xid_names_is_marked_on_the_host_page_and_the_rack(demo, client):
+    from tests.conftest import get_user
+    from topology.services import host_report_xid
+
+    host = Host.objects.get(name="nvl72-02-h05")
+    host_report_xid(host=host, code=79, gpu=2, actor="demo:fault-injector")
+    client.force_login(get_user("olga"))
+    page = client.get("/hosts/nvl72-02-h05/").content.decode()
+    cells = page.split('data-testid="gpu-health">')[1:]
+    assert [cell.startswith('<span class="gpu-mark"') for cell in cells] == [False, False, True, False]
+    rack = client.get("/clusters/gb200-east/domains/nvl72-02/").content.decode()
+    assert rack.count("data-mark=") == 1
+    assert re.search(r'data-gpu="nvl72-02-h05:2" data-state="\w+" data-mark="XID 79"', rack)
+    assert "XID 79 on GPU 2: GPU has fallen off the bus" in rack

@@ -141,8 +141,13 @@ def test_a_bad_file_is_refused_whole_with_the_entry_and_field_named(tmp_path, cl
 
 
 def test_the_demo_loads_and_reloads(cluster):
-    call_command("demo")
-    call_command("demo")
+    call_command("demo", "--no-history")
+    call_command("demo", "--no-history")
+    # A small agent cluster beside the simulated one, its hosts waiting for an agent.
+    from topology.models import Cluster, Host
+
+    lab = Cluster.objects.get(name="lab")
+    assert lab.executor == "agent" and Host.objects.filter(domain__cluster=lab, state="down").count() == 2
     assert Unit.objects.projects().count() == 5
     assert get_user_model().objects.get(username="admin").is_superuser
     assert is_oncall(get_user_model().objects.get(username="olga"))
@@ -169,3 +174,61 @@ def test_posix_user_sets_the_account_jobs_run_as_and_leaving_it_out_keeps_it(tmp
     assert "a POSIX account name" in response.content.decode()
     client.post(f"/admin/budgets/userprofile/{profile.pk}/change/", {"user": alice.pk, "posix_user": "al_ice-2"})
     assert posix_account(alice) == "al_ice-2"
+
+
+def _approve_in_browser(unit_name, percent, cluster):
+    """A share changed outside the file, as an approved request is recorded."""
+    from django.utils import timezone
+
+    from budgets.services import apply_share
+
+    now = timezone.now()
+    return apply_share(unit=Unit.objects.get(name=unit_name), cluster=cluster, start=now, end=None,
+                       share=Decimal(percent), actor="pat", source=ChangeSource.REQUEST,
+                       reason="approved request #1", now=now)
+
+
+def test_reloading_refuses_to_revert_a_share_changed_since_and_names_it(tmp_path, cluster):
+    path = write(tmp_path, ORG)
+    call_command("load_org", str(path))
+    _approve_in_browser("tulu", "25", cluster)
+    with pytest.raises(CommandError) as refused:
+        call_command("load_org", str(path))
+    message = str(refused.value)
+    assert "tulu on gb200-east: 25 % now, set by pat (approved request)" in message
+    assert "since the org file was last loaded (30 %); the file says 30 %" in message
+    assert "--overwrite" in message and "olmo" not in message
+    assert Allocation.objects.current().get(unit__name="tulu", cluster=cluster).share_percent == Decimal("25")
+    assert AllocationChange.objects.filter(source=ChangeSource.LOADER).count() == 4  # nothing new
+
+
+def test_a_file_that_agrees_with_the_change_loads_and_other_edits_still_apply(tmp_path, cluster):
+    call_command("load_org", str(write(tmp_path, ORG)))
+    _approve_in_browser("tulu", "25", cluster)
+    edited = _with(lambda s: s["units"][0]["children"][1]["share"].update({"gb200-east": 25}))
+    edited["units"][0]["children"][0]["share"]["gb200-east"] = 65
+    call_command("load_org", str(write(tmp_path, edited)))
+    current = Allocation.objects.current()
+    assert current.get(unit__name="tulu", cluster=cluster).share_percent == Decimal("25")
+    assert current.get(unit__name="olmo", cluster=cluster).share_percent == Decimal("65")
+
+
+def test_overwrite_puts_the_file_back_and_the_ledger_says_what_it_replaced(tmp_path, cluster):
+    path = write(tmp_path, ORG)
+    call_command("load_org", str(path))
+    _approve_in_browser("tulu", "25", cluster)
+    call_command("load_org", str(path), "--overwrite")
+    assert Allocation.objects.current().get(unit__name="tulu", cluster=cluster).share_percent == Decimal("30")
+    change = AllocationChange.objects.filter(unit__name="tulu", source=ChangeSource.LOADER).order_by("-id").first()
+    assert (change.before_percent, change.after_percent) == (Decimal("25"), Decimal("30"))
+    assert "with --overwrite, replacing tulu on gb200-east: 25 % now, set by pat" in change.reason
+    # Loaded again: the file's value is what the loader last set, so nothing to refuse.
+    call_command("load_org", str(path))
+
+
+def test_the_demo_loads_its_org_once_and_keeps_shares_changed_in_the_browser(cluster):
+    call_command("demo", "--no-history")
+    _approve_in_browser("olmo", "65", cluster)
+    call_command("demo", "--no-history")
+    assert Allocation.objects.current().get(unit__name="olmo", cluster=cluster).share_percent == Decimal("65")
+    assert not AllocationChange.objects.filter(unit__name="olmo", before_percent=Decimal("65")).exists()

@@ -129,6 +129,9 @@ ROWS = [
     Row("metrics", "get", "/metrics", dict.fromkeys(ROLES, 200), api=False),
     Row("account", "get", "/account/", page_rule(), api=False),
     Row("token-revoke", "post", "/account/tokens/{token}/revoke/", form_rule({"member": 302}, 404), api=False),
+    # Anyone signed in saves their own notification choices (an empty form: none); nobody else's.
+    Row("notification-subscription", "post", "/account/notifications/",
+        form_rule(dict.fromkeys(EVERYONE_SIGNED_IN, 302)), api=False),
     Row("password_change", "get", "/account/password/", page_rule(), api=False),
     # Resetting a forgotten password is for people who cannot log in: public pages.
     Row("password_reset", "get", "/account/password/reset/", dict.fromkeys(ROLES, 200), api=False),

@@ -1,5 +1,6 @@
 import logging
 import signal
+import threading
 import time
 
 from django.conf import settings
@@ -40,6 +41,13 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        # The embedded default (no broker) delivers notifications from a thread here, beside the tick, never in
+        # it; with Redis, Celery beat and the workers do (notifications.deliver).
+        delivering = threading.Event()
+        if settings.CELERY_TASK_ALWAYS_EAGER and not once:
+            from notifications.worker import start as start_delivery
+
+            start_delivery(stopping=delivering)
         load = None
         if demo_load:
             from scheduler.demo_load import DemoLoad
@@ -72,4 +80,5 @@ class Command(BaseCommand):
                 pause = interval if leading else min(interval, STANDBY_POLL_SECONDS)
                 time.sleep(max(0.0, pause - (time.monotonic() - began)))
         finally:
+            delivering.set()
             leadership.release()

@@ -33,7 +33,7 @@ def f1_sibling_dominance() -> Case:
         now, starts={}, reserved={"b1-0": "pod"},
         positions={"b1-0": 1, "b1-1": 2, "b1-2": 3, "a2-0": 4, "a2-1": 5, "a2-2": 6, "a1-0": 7, "a1-2": 9},
         ratios={"A": 400 / (0.6 * 16800), "B": 100 / (0.4 * 16800), "a1": 300 / 5040, "a2": 100 / 5040},
-        facts={"a1-0": ("waiting behind project b1", "ratio 0.01 vs yours 0.06")},
+        facts={"a1-0": ("waiting behind project b1", "usage ratio 1.5 % vs yours 6.0 %")},
     )
 
 

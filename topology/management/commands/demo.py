@@ -3,6 +3,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from budgets.loaders import load_org_file
+from budgets.models import Unit
 from topology.loaders import LoadError, load_cluster_file
 
 DEMO_DIR = settings.DEMO_DIR
@@ -10,15 +11,41 @@ DEMO_PASSWORD = "allot-demo"
 
 
 class Command(BaseCommand):
-    help = "Load the demo cluster and org (demo/cluster.yaml, demo/org.yaml). Safe to run again."
+    help = (
+        "Load the demo clusters and org (demo/cluster.yaml, demo/agent-cluster.yaml, demo/org.yaml) and, the first "
+        "time, a week of history on the simulated cluster. "
+        "Safe to run again: the org is loaded once, so shares changed in the browser stay as they were."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--no-history", dest="history", action="store_false",
+                            help="do not seed the week of ended jobs on a fresh database")
 
     def handle(self, *args, **options):
         try:
             cluster, _ = load_cluster_file(DEMO_DIR / "cluster.yaml")
-            load_org_file(DEMO_DIR / "org.yaml")
+            lab, _ = load_cluster_file(DEMO_DIR / "agent-cluster.yaml")
+            first = not Unit.objects.exists()
+            if first:
+                load_org_file(DEMO_DIR / "org.yaml")
         except LoadError as error:
             raise CommandError("demo files refused:\n  " + "\n  ".join(error.problems)) from None
-        self.stdout.write(f"demo loaded: cluster {cluster.name}, org from demo/org.yaml")
+        org = "org from demo/org.yaml" if first else "org kept as it is (loaded once; `manage.py load_org` reloads it)"
+        self.stdout.write(f"demo loaded: cluster {cluster.name} (simulated), cluster {lab.name} (agent: its hosts "
+                          f"wait for allot-agent), {org}")
+        if first and options.get("history", True):
+            from django.utils import timezone
+
+            from scheduler.demo_history import seed_history
+
+            jobs = seed_history(cluster, now=timezone.now())
+            if jobs:
+                from scheduler.models import Job
+
+                running = Job.objects.filter(cluster=cluster, state="running").count()
+                self.stdout.write(f"demo history: a week of {jobs - running} ended jobs and {running} still running, "
+                                  "so fair share, the dashboards and the what-if have real numbers from the first "
+                                  "page load")
         self.stdout.write(
             f"demo logins (password {DEMO_PASSWORD}): researchers alice, bob, carol, dan, erin; "
             "managers pat (nlp), lee (olmo), mia (multimodal); on-call olga; admin admin"
