@@ -242,7 +242,7 @@ CELERY_TASK_ROUTES = {
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 # Seconds; soft raises inside the task (a what-if records it as its failure), hard kills the worker process.
 ALLOT_TICK_TIME_LIMIT = env_int("ALLOT_TICK_TIME_LIMIT", 60)
-ALLOT_WHAT_IF_TIME_LIMIT = env_int("ALLOT_WHAT_IF_TIME_LIMIT", 300)
+ALLOT_WHAT_IF_TIME_LIMIT = env_int("ALLOT_WHAT_IF_TIME_LIMIT", 600)
 CELERY_TASK_ANNOTATIONS = {
     # A tick is never retried: the next one, ALLOT_TICK_SECONDS later, supersedes it.
     "scheduler.tick": {"soft_time_limit": ALLOT_TICK_TIME_LIMIT, "time_limit": ALLOT_TICK_TIME_LIMIT + 30},
