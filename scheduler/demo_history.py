@@ -258,6 +258,10 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
     GpuAssignment.objects.bulk_create(assignments, batch_size=1000)
     JobProcess.objects.bulk_create(processes, batch_size=1000)
     _samples(cluster, plan, ends, now=now)
+    # The org's shares held all week: reports over the week (usage against entitlement) count them from its
+    # start, not from the minute the demo loaded them.
+    Allocation.objects.filter(cluster=cluster, valid_from__gt=now - timedelta(days=DAYS)).update(
+        valid_from=now - timedelta(days=DAYS))
     return len(jobs)
 
 

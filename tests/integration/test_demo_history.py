@@ -72,6 +72,18 @@ def test_fair_share_ratios_are_real_and_differ_between_projects(seeded, now):
     assert all(row.unallocated_gpu_hours > 0 for name, row in rows.items() if name in ratios)
 
 
+def test_the_usage_report_counts_the_week_against_shares_held_all_week(seeded, now):
+    """The seeded week ran under the org's shares: entitlement over it is the share of the whole week."""
+    from scheduler.selectors import usage_report
+
+    with time_machine.travel(now, tick=False):
+        report = usage_report(since=now - timedelta(days=7), until=now, cluster=seeded)
+    units = {row["unit"]: row for row in report[0]["units"]}
+    olmo = units["olmo"]
+    assert olmo["entitled_gpu_hours"] > 1000, olmo  # 8 % of ~348 GPUs × 168 h ≈ 4,700 GPU-hours
+    assert 10 < olmo["percent_of_entitlement"] < 200, olmo
+
+
 def test_the_dashboard_has_the_week_and_occupancy_is_believable(seeded, now):
     samples = ClusterSample.objects.filter(cluster=seeded)
     assert samples.count() >= 7 * 24 * 4 - 1
