@@ -49,5 +49,5 @@ def test_it_counts_preemptions_per_job_and_those_whose_preemptor_did_not_start_i
 
     client.force_login(get_user("pat"))
     html = client.get("/clusters/gb200-east/").content.decode()
-    assert 'data-testid="preemption-costs"><div class="value">0.75<' in html
-    assert "(1 of 2 on behalf of a job" in html
+    assert '<div class="value">0.75</div><div class="label">preemptions per job, last 24 h (at most 2 of one)' in html
+    assert "wasted <strong>50 %</strong> (1 of 2)" in html
