@@ -19,7 +19,7 @@ from client.api import DEFAULT_SERVER, ApiError, Client, Unreachable, load_confi
 from client.execution import RESERVED_NAMES, RESERVED_PREFIXES
 from client.text import terminal_safe
 from scheduler.core.durations import format_duration, parse_cli_duration
-from scheduler.hostlist import compress
+from scheduler.core.hostlist import compress
 
 EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 EXIT_PIPE = 141  # as a shell reports a command killed by SIGPIPE (`allot queue | head -1`)

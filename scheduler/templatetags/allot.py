@@ -44,7 +44,7 @@ def ratio(value):
 @register.filter
 def hostlist(names):
     """Host names folded Slurm-style: nvl72-01-h[01-16]."""
-    from scheduler.hostlist import compress
+    from scheduler.core.hostlist import compress
 
     return compress(names or [])
 
@@ -94,7 +94,7 @@ def percent_of(value, whole):
 @register.filter
 def gpu_summary(detail):
     """A start event's GPU ids ("h:0 h:1 …") as "8 GPUs on nvl72-01-h[01-02]"."""
-    from scheduler.hostlist import compress
+    from scheduler.core.hostlist import compress
 
     gpu_ids = str(detail or "").split()
     if not gpu_ids or not all(":" in gpu_id for gpu_id in gpu_ids):

@@ -127,6 +127,10 @@ ROWS = [
     Row("login", "get", "/login/", dict.fromkeys(ROLES, 200), api=False),
     Row("logout", "post", "/logout/", form_rule(default=302), api=False),
     Row("metrics", "get", "/metrics", dict.fromkeys(ROLES, 200), api=False),
+    # Probes for load balancers and orchestrators: open to all, and they say nothing secret. /readyz is 503 here
+    # (no scheduler has ticked in the test database), whoever asks.
+    Row("healthz", "get", "/healthz", dict.fromkeys(ROLES, 200), api=False),
+    Row("readyz", "get", "/readyz", dict.fromkeys(ROLES, 503), api=False),
     Row("account", "get", "/account/", page_rule(), api=False),
     Row("token-revoke", "post", "/account/tokens/{token}/revoke/", form_rule({"member": 302}, 404), api=False),
     # Anyone signed in saves their own notification choices (an empty form: none); nobody else's.

@@ -1,6 +1,6 @@
 import pytest
 
-from scheduler.hostlist import compress
+from scheduler.core.hostlist import compress
 
 
 @pytest.mark.parametrize(
