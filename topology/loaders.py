@@ -49,6 +49,8 @@ POLICY_FIELDS = {
     "fast_lane_max_min_runtime": ("fast_lane_max_min_runtime_seconds", "duration"),
     "heartbeat_timeout": ("heartbeat_timeout_seconds", "duration"),
     "restart_overhead": ("restart_overhead_seconds", "duration"),
+    "unallocated_backoff": ("unallocated_backoff_seconds", "duration"),
+    "max_unallocated_backoff": ("max_unallocated_backoff_seconds", "duration"),
     "executor": ("executor", "executor"),
     "allow_root_jobs": ("allow_root_jobs", "bool"),
     "submit": ("submit_policy", "submit"),

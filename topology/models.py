@@ -52,6 +52,11 @@ class Cluster(models.Model):
     restart_overhead_seconds = models.PositiveIntegerField(
         default=300, help_text="Seconds a job holds its GPUs after each restart before it makes progress again, for "
                                "jobs that give none (what a preemption costs beyond the work since the checkpoint).")
+    unallocated_backoff_seconds = models.PositiveIntegerField(
+        default=300, help_text="After its n-th preemption an unallocated job waits this × 2^(n-1) before it may "
+                               "start again (the bound on churn for jobs without protection).")
+    max_unallocated_backoff_seconds = models.PositiveIntegerField(
+        default=3600, help_text="The longest an unallocated job backs off after a preemption.")
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.AGENT)
     # Agents never run a job as uid 0 (an account mapped to root, or a single-user agent running as root)
     # unless this is set.
@@ -94,6 +99,8 @@ class Cluster(models.Model):
             fast_lane_max_min_runtime=self.fast_lane_max_min_runtime_seconds,
             heartbeat_timeout=self.heartbeat_timeout_seconds,
             restart_overhead=self.restart_overhead_seconds,
+            unallocated_backoff=self.unallocated_backoff_seconds,
+            max_unallocated_backoff=self.max_unallocated_backoff_seconds,
         )
 
     def clean(self):

@@ -29,6 +29,8 @@ POLICY_FIELDS = {
     "fast_lane_max_min_runtime_seconds": "fast_lane_max_min_runtime",
     "heartbeat_timeout_seconds": "heartbeat_timeout",
     "restart_overhead_seconds": "restart_overhead",
+    "unallocated_backoff_seconds": "unallocated_backoff",
+    "max_unallocated_backoff_seconds": "max_unallocated_backoff",
 }
 
 
