@@ -30,7 +30,7 @@ from .capacity import Capacity, HostState
 from .defrag import DefragPlan, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
 from .earmarks import check_claims
-from .fairshare import FairShareWalk, UnitTree, gpu_amount
+from .fairshare import FairShareWalk, UnitNode, UnitTree, gpu_amount, sides_at_common_ancestor
 from .model import (
     ANY,
     DOMAIN,
@@ -250,6 +250,10 @@ class Cycle:
         self._victims_kept_out = False
         self._needs: dict[tuple, str] = {}
         self._entitled_elsewhere: set[str] = set()
+        # Projects with an allocated job that could neither start nor preempt this tick (see `_preemption_scope`),
+        # and projects whose search that kept to one unit: project -> (that unit, the waiting sibling's project).
+        self._blocked: dict[str, UnitNode] = {}
+        self._scoped: dict[str, tuple[str, str]] = {}
 
     # ------------------------------------------------------------ phases
 
@@ -342,19 +346,41 @@ class Cycle:
         kind, placing, preempting = self._classes(job)
         access = self._access(job)
         if not self._no_victims_for(job, preempting, access):
-            plan = self.victims.find(self._request(job), gainer, charge, self._host_filter(self._request(job)))
+            scope, waiting = self._preemption_scope(gainer)
+            plan = self.victims.find(self._request(job), gainer, charge, self._host_filter(self._request(job)),
+                                     within=scope)
             if plan is not None:
                 self._preempt(job, plan)
                 return True
             self._no_victims[(job.project, preempting, access)] = (job.gpus, charge)
+            if scope is not None:
+                self._scoped.setdefault(job.project, (scope.name, waiting))
             if self._reserved and self._request(job).protected_for > 0:
                 # A reservation may have kept it from victims on the hosts it holds (rule 5).
                 self._victims_kept_out = True
+        self._blocked.setdefault(job.project, gainer)
         if self.reservation_attempts < self.policy.max_reservations:
             self.reservation_attempts += 1
             return self._reserve(job, charge)
         self.waits[job.id] = self._waiting(job)
         return False
+
+    def _preemption_scope(self, gainer: UnitNode) -> tuple[UnitNode | None, str]:
+        """Rule 4: the unit whose jobs alone a job of `gainer` may preempt (None: any unit rule 4b allows).
+
+        A unit that comes first in the fair-share order is owed its subtree's turn: while a job of a less-served
+        sibling (at any ancestor) could neither start nor preempt this tick, a job of `gainer` may take GPUs
+        from jobs under that ancestor only (and from unallocated jobs), so a sibling whose jobs are easier to
+        place does not win back from other branches the time its ancestor is owed on the waiting sibling's
+        behalf. Returns that ancestor and the waiting sibling's project.
+        """
+        scope, waiting = None, ""
+        for blocked in self._blocked.values():
+            sides = sides_at_common_ancestor(blocked, gainer) if blocked is not gainer else None
+            ancestor = sides[0].parent if sides is not None else None
+            if ancestor is not None and (scope is None or len(ancestor.path) > len(scope.path)):
+                scope, waiting = ancestor, blocked.name
+        return scope, waiting
 
     def _reserve(self, job: PendingJob, charge: float) -> bool:
         """Rule 5 (and defragmentation): hold where the job can start earliest."""
@@ -817,6 +843,10 @@ class Cycle:
         elif job.min_runtime > 0 and self._no_victims_for(job, self._classes(job)[2], self._access(job)):
             text += (f"; no running job may be preempted for it (each is protected by its minimum runtime, "
                      f"or belongs to project {job.project} or to a unit less served)")
+            if job.project in self._scoped:
+                unit, waiting = self._scoped[job.project]
+                text += (f"; while project {waiting}, less served than it under {unit}, waits to start, it may "
+                         f"preempt only unallocated jobs and jobs under {unit}")
         if head is not None and head.project != job.project and unit_ratios[head.project] < project_ratio:
             ahead, yours = reasons.format_percent(unit_ratios[head.project]), reasons.format_percent(project_ratio)
             text += f"; waiting behind project {head.project} (usage ratio {ahead} vs yours {yours})"

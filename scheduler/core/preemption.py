@@ -194,7 +194,8 @@ class Victims:
                 self.live -= 1
         self.capacity_changed()
 
-    def find(self, req: JobRequest, gainer: UnitNode, charge: float, host_ok: HostFilter) -> VictimPlan | None:
+    def find(self, req: JobRequest, gainer: UnitNode, charge: float, host_ok: HostFilter,
+             within: UnitNode | None = None) -> VictimPlan | None:
         """The victims whose GPUs would let the job start, or None.
 
         Only candidates freeing GPUs where the job could fit at all are tried
@@ -203,7 +204,7 @@ class Victims:
         jobs like it then cost a lookup.
         """
         search = self._search(req, host_ok)
-        eligible, outlook = self._outlook(gainer, charge)
+        eligible, outlook = self._outlook(gainer, charge, within)
         # Fractions and jobs with earmarks skip the upper bound (it counts neither).
         bounded = not (req.shared or req.earmarked)
         hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
@@ -239,19 +240,26 @@ class Victims:
     def _search(self, req: JobRequest, host_ok: HostFilter) -> _Search:
         return _Search(req, self.capacity, {p for lane in pools_for(req, self.capacity) for p in lane}, host_ok)
 
-    def _outlook(self, gainer: UnitNode, charge: float) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
-        """The blocks the gainer may take from (rule 4), with the sides compared, and what they could give."""
-        cached = self._eligible.get((gainer.name, charge))
+    def _outlook(self, gainer: UnitNode, charge: float,
+                 within: UnitNode | None) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
+        """The blocks the gainer may take from (rule 4), with the sides compared, and what they could give.
+
+        With `within`, allocated jobs only of units under it (see `Cycle._preemption_scope`).
+        """
+        key = (gainer.name, charge, None if within is None else within.name)
+        cached = self._eligible.get(key)
         if cached is None or cached[0] != self._ratios_version:
             eligible = []
             for block in self.blocks:
                 sides = None
                 if block.allocated:
+                    if within is not None and within not in block.unit.path:
+                        continue
                     sides = may_take_from(gainer, block.unit, charge)
                     if sides is None:
                         continue
                 eligible.append((block, sides))
-            cached = self._eligible[(gainer.name, charge)] = (
+            cached = self._eligible[key] = (
                 self._ratios_version, eligible, frozenset(id(block) for block, _ in eligible))
         _, eligible, signature = cached
         outlook = self._outlooks.get(signature)
