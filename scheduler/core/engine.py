@@ -51,7 +51,7 @@ from .model import (
     Start,
     backed_off_until,
     protected_until,
-    protection,
+    shield,
 )
 from .placement import (
     NEW_INSTANCE,
@@ -230,6 +230,7 @@ class Cycle:
         self.reservation_attempts = 0
         self.defrag_budget = migrations_left(recent_defrag_migrations, now, policy)
         self._requests: dict[str, JobRequest] = {}
+        self._whole: dict[str, bool] = {}
         self._keys: dict[str, tuple[tuple, tuple, tuple]] = {}
         self._key_objects: dict[tuple, tuple] = {}
         self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = {}
@@ -348,11 +349,11 @@ class Cycle:
         if not self._no_victims_for(job, preempting, access):
             scope, waiting = self._preemption_scope(gainer)
             plan = self.victims.find(self._request(job), gainer, charge, self._host_filter(self._request(job)),
-                                     within=scope)
+                                     within=scope, whole_domain=self._whole_domain(job))
             if plan is not None:
                 self._preempt(job, plan)
                 return True
-            self._no_victims[(job.project, preempting, access)] = (job.gpus, charge)
+            self._no_victims[(job.project, preempting, access, self._whole_domain(job))] = (job.gpus, charge)
             if scope is not None:
                 self._scoped.setdefault(job.project, (scope.name, waiting))
             if self._reserved and self._request(job).protected_for > 0:
@@ -386,7 +387,7 @@ class Cycle:
         """Rule 5 (and defragmentation): hold where the job can start earliest."""
         req = self._request(job)
         gainer = self.tree.nodes[job.project]
-        leave_time = self.leave_times.for_gainer(gainer, charge)
+        leave_time = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job))
         outlook = earliest_start(req, self.capacity, leave_time, self._host_filter(req), self.now)
         if req.topology == DOMAIN and req.gpus > 1:
             moves = plan_defrag(
@@ -442,7 +443,7 @@ class Cycle:
                                      milli=req.milli, shared_gpu=placement.shared_gpu)
         host = placement.parts[0][0].name if job.gpus == 0 else ""
         start = Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host,
-                      protection=protection(job.min_runtime, job.preemptions, self.policy))
+                      protection=shield(job.min_runtime, job.preemptions, self.policy))
         self.starts.append(start)
         claim = self.claims.pop(job.id, None)
         if claim:
@@ -474,7 +475,7 @@ class Cycle:
             note = change if first is None else f"{first.reason}; {change}"
             self.mig_layouts[gpu] = MigLayout(gpu, choice.layout, note)
         decided = Start(job.id, (gpu,), job.gpu_milli, reason, mig_profile=profile, mig_start=start,
-                        protection=protection(job.min_runtime, job.preemptions, self.policy))
+                        protection=shield(job.min_runtime, job.preemptions, self.policy))
         self.starts.append(decided)
         self._started(job, placement, running_from(job, decided, self.now))
 
@@ -600,6 +601,19 @@ class Cycle:
 
     # ------------------------------------------------------------ searching, bounded
 
+    def _whole_domain(self, job: PendingJob) -> bool:
+        """Does the job need at least one whole multi-host NVLink domain (rule 5's large jobs)?
+
+        Such a job may preempt a job once its protection ends, though earlier preemptions still shield it from
+        others (`model.shield`), so the large jobs' bound (cap + grace + tick) holds.
+        """
+        known = self._whole.get(job.id)
+        if known is None:
+            req = self._request(job)
+            largest = max((pool.largest_group for lane in pools_for(req, self.capacity) for pool in lane), default=0)
+            known = self._whole[job.id] = _spans_hosts(req, self.capacity) and req.gpus >= largest
+        return known
+
     def _request(self, job: PendingJob) -> JobRequest:
         req = self._requests.get(job.id)
         if req is None:
@@ -704,7 +718,7 @@ class Cycle:
 
     def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
         """Did a job of its project and class, no bigger and charging no more, find nothing to preempt?"""
-        failed = self._no_victims.get((job.project, preempting, access))
+        failed = self._no_victims.get((job.project, preempting, access, self._whole_domain(job)))
         return failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1]
 
     @staticmethod

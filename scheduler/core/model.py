@@ -69,6 +69,10 @@ class Policy:
     # again (`backed_off_until`).
     unallocated_backoff: float = 300
     max_unallocated_backoff: float = 3600
+    # The bound on churn for allocated jobs: each earlier preemption doubles a run's protection from
+    # fair-share preemption, up to this many seconds (None: 2 × `max_min_runtime`). Past the cap on minimum
+    # runtime only jobs that need a whole NVLink domain may take it (`shielded_until`), so rule 5's bound holds.
+    max_preempted_protection: float | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +241,35 @@ def protection(min_runtime: float, preemptions: int, policy: Policy) -> float:
         return 0.0
     grown = min_runtime * (1 << min(preemptions, 32))
     return max(min_runtime, min(grown, policy.max_min_runtime))
+
+
+def preempted_protection_cap(policy: Policy) -> float:
+    """How long at most a run is shielded from fair-share preemption by its earlier preemptions."""
+    cap = policy.max_preempted_protection
+    return 2 * policy.max_min_runtime if cap is None else max(cap, policy.max_min_runtime)
+
+
+def shield(min_runtime: float, preemptions: int, policy: Policy) -> float:
+    """How long a run can't be preempted for fairness by a job that does not need a whole NVLink domain.
+
+    Its protection (`protection`) while it has never been preempted; after
+    that the doubling goes on past the cap on minimum runtime, up to
+    `preempted_protection_cap`: a job preempted again and again is soon left
+    to run a day at a time, so one job is preempted a handful of times, not
+    once per cap. A job that needs a whole domain (rule 5's large jobs) may
+    still take it once `protection` ends, so the large jobs' bound holds.
+    """
+    if min_runtime <= 0:
+        return 0.0
+    if preemptions <= 0:
+        return protection(min_runtime, preemptions, policy)
+    grown = min_runtime * (1 << min(preemptions, 32))
+    return max(min_runtime, min(grown, preempted_protection_cap(policy)))
+
+
+def shielded_until(job: RunningJob, policy: Policy) -> float:
+    """When a running allocated job's shield (`shield`) ends; its start for an unallocated one."""
+    return job.start_time + shield(job.min_runtime, job.preemptions, policy)
 
 
 def backoff(preemptions: int, policy: Policy) -> float:

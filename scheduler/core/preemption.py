@@ -26,7 +26,16 @@ from dataclasses import dataclass, field
 
 from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
 from .fairshare import UnitNode, UnitTree, gpu_amount, may_take_from
-from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, Policy, RunningJob, protected_until, restart_overhead
+from .model import (
+    DOMAIN,
+    RUNNING,
+    WHOLE_GPU_MILLI,
+    Policy,
+    RunningJob,
+    protected_until,
+    restart_overhead,
+    shielded_until,
+)
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
 
 
@@ -52,6 +61,9 @@ class Candidate:
     milli: dict[str, int]
     lost_work: float = 0.0
     taken: bool = False
+    # Past its protection but still shielded by its earlier preemptions (`model.shield`): only a job that
+    # needs a whole NVLink domain may take it.
+    shielded: bool = False
 
     @classmethod
     def of(cls, job: RunningJob, capacity: Capacity, now: float, policy: Policy | None = None) -> Candidate:
@@ -148,6 +160,7 @@ class Victims:
             candidate = Candidate.of(job, capacity, now, policy)
             if not candidate.parts:
                 continue
+            candidate.shielded = job.allocated and now < shielded_until(job, policy)
             unit = tree.nodes[job.project]
             block = blocks.get((job.allocated, unit.name))
             if block is None:
@@ -195,7 +208,7 @@ class Victims:
         self.capacity_changed()
 
     def find(self, req: JobRequest, gainer: UnitNode, charge: float, host_ok: HostFilter,
-             within: UnitNode | None = None) -> VictimPlan | None:
+             within: UnitNode | None = None, whole_domain: bool = False) -> VictimPlan | None:
         """The victims whose GPUs would let the job start, or None.
 
         Only candidates freeing GPUs where the job could fit at all are tried
@@ -208,14 +221,15 @@ class Victims:
         # Fractions and jobs with earmarks skip the upper bound (it counts neither).
         bounded = not (req.shared or req.earmarked)
         hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
-                        req.protected_for)
+                        req.protected_for, whole_domain)
         if bounded and outlook.hopeless.get(hopeless_key) == self._capacity_version:
             return None
         for block, sides in eligible:
             if not block.live:
                 continue
             for candidate in block.candidates:
-                if candidate.taken or bounded and not outlook.could_fit(candidate, req, search.pools):
+                if (candidate.taken or candidate.shielded and not whole_domain
+                        or bounded and not outlook.could_fit(candidate, req, search.pools)):
                     continue
                 scope = search.add(candidate, sides)
                 if scope is not None:

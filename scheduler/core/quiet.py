@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 
 from .fairshare import UnitTree, gpu_amount, sides_at_common_ancestor
-from .model import DRAINING, RUNNING, Decisions, Policy, backed_off_until, protected_until
+from .model import DRAINING, RUNNING, Decisions, Policy, backed_off_until, protected_until, shielded_until
 from .state import ClusterState
 
 # A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
@@ -94,6 +94,9 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
                 soonest = min(soonest, ends)
         else:
             losers.add(job.project)
+            shield_ends = shielded_until(job, policy)
+            if waiting and shield_ends > now:
+                soonest = min(soonest, shield_ends)
     for jobs in state.queues[False].values():
         for job in jobs:
             until = backed_off_until(job, policy)
@@ -123,6 +126,8 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
             grace = policy.grace_period if job.allocated else policy.unallocated_grace
             if job.allocated and protected_until(job, policy) > now:
                 fixed.append(protected_until(job, policy) + grace)
+            if job.allocated and shielded_until(job, policy) > now:
+                fixed.append(shielded_until(job, policy) + grace)
             if job.max_runtime is not None and job.start_time + job.max_runtime > now:
                 fixed.append(job.start_time + job.max_runtime + grace)
         for at in fixed:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from .capacity import NOTHING, Capacity, HostState, Release
 from .fairshare import UnitNode, UnitTree, may_take_from
-from .model import DOMAIN, PREEMPTING, Policy, RunningJob, protected_until
+from .model import DOMAIN, PREEMPTING, Policy, RunningJob, protected_until, shielded_until
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
 
 
@@ -43,8 +43,11 @@ class LeaveTimes:
         self.now = now
         self.policy = policy
 
-    def for_gainer(self, gainer: UnitNode, charge: float) -> Callable[[RunningJob], float]:
+    def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False) -> Callable[[RunningJob], float]:
+        """Leave times for a job of `gainer` charged `charge`; one that needs a whole NVLink domain may take jobs
+        once their protection ends, any other job once their shield does (`model.shield`)."""
         may: dict[str, bool] = {}
+        until = protected_until if whole_domain else shielded_until
 
         def leave_time(job: RunningJob) -> float:
             if job.id in self.leaving:
@@ -56,7 +59,7 @@ class LeaveTimes:
             else:
                 if job.project not in may:
                     may[job.project] = may_take_from(gainer, self.tree.nodes[job.project], charge) is not None
-                could_go = max(self.now, protected_until(job, self.policy)) if may[job.project] else math.inf
+                could_go = max(self.now, until(job, self.policy)) if may[job.project] else math.inf
             if job.max_runtime is not None:
                 could_go = min(could_go, max(self.now, job.start_time + job.max_runtime))
             return could_go + grace_for(job, self.policy)

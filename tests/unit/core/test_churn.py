@@ -7,11 +7,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import Policy, schedule
-from scheduler.core.model import backoff
+from scheduler.core.model import backoff, protection, shield
 from scheduler.core.quiet import quiet_until
 from scheduler.core.state import ClusterState
 
-from .builders import DAY, HOUR, hgx, pending, snapshot, topology, units
+from .builders import DAY, HOUR, hgx, nvl72, pending, running, snapshot, topology, units
 from .minisim import MiniCluster
 
 POLICY = Policy(tick=5, grace_period=60, unallocated_grace=10, unallocated_backoff=300,
@@ -74,3 +74,52 @@ def test_no_unallocated_job_is_preempted_more_often_than_its_back_off_allows(bur
             continue
         for n, (before, after) in enumerate(zip(times, times[1:], strict=False), start=1):
             assert after - before >= backoff(n, POLICY), (job_id, times)
+
+
+# ---------------------------------------------------------------- allocated jobs: the shield
+
+SHIELD_ORG = units(("p", None, 50, 2000), ("q", None, 50, 0))
+
+
+def test_each_preemption_doubles_the_shield_past_the_cap_on_minimum_runtime_up_to_twice_it() -> None:
+    policy = Policy()  # cap on minimum runtime 8 h
+    assert [shield(2 * HOUR, n, policy) / HOUR for n in range(6)] == [2, 4, 8, 16, 16, 16]
+    # The contract itself (rule 5's bound counts it) still stops at the cap.
+    assert [protection(2 * HOUR, n, policy) / HOUR for n in range(6)] == [2, 4, 8, 8, 8, 8]
+    assert shield(0, 3, policy) == 0
+    assert shield(2 * HOUR, 4, Policy(max_preempted_protection=36 * HOUR)) == 32 * HOUR
+
+
+def _shielded_rack(started: float):
+    """p's resumable job holding a whole rack, preempted twice before: protected 8 h, shielded 16 h."""
+    return running("p-rack", "p", tuple(f"nvl72-01-h{n:02d}:{i}" for n in range(1, 19) for i in range(4)),
+                   start_time=started, min_runtime=4 * HOUR, preemptions=2)
+
+
+def test_a_shielded_job_is_not_preempted_for_a_job_that_does_not_need_a_whole_domain() -> None:
+    started = DAY
+    rack = topology(nvl72("nvl72-01"))
+    small = pending("q-small", "q", 8, min_runtime=HOUR)
+    during = snapshot(rack, SHIELD_ORG, running_jobs=[_shielded_rack(started)], pending_jobs=[small])
+    assert schedule(during, now=started + 10 * HOUR, policy=POLICY).preemptions == ()
+    after = schedule(during, now=started + 16 * HOUR + 1, policy=POLICY)
+    assert [(p.job_id, p.preemptor) for p in after.preemptions] == [("p-rack", "q-small")]
+
+
+def test_a_job_that_needs_the_whole_domain_takes_a_shielded_job_once_its_protection_is_over() -> None:
+    """Rule 5's bound for large jobs (cap + grace + tick at the head) counts protection, not the shield."""
+    started = DAY
+    rack = topology(nvl72("nvl72-01"))
+    whole = pending("q-rack", "q", 72, min_runtime=HOUR, topology="domain", gpus_per_host=4)
+    snap = snapshot(rack, SHIELD_ORG, running_jobs=[_shielded_rack(started)], pending_jobs=[whole])
+    assert schedule(snap, now=started + 7 * HOUR, policy=POLICY).preemptions == ()
+    decisions = schedule(snap, now=started + 8 * HOUR + 1, policy=POLICY)
+    assert [(p.job_id, p.preemptor) for p in decisions.preemptions] == [("p-rack", "q-rack")]
+
+
+def test_the_simulator_is_woken_when_a_shield_ends() -> None:
+    started = DAY
+    small = pending("q-small", "q", 8, min_runtime=HOUR)
+    state = ClusterState.from_snapshot(snapshot(topology(nvl72("nvl72-01")), SHIELD_ORG,
+                                                running_jobs=[_shielded_rack(started)], pending_jobs=[small]))
+    assert quiet_until(state, now=started + 10 * HOUR, policy=POLICY) <= started + 16 * HOUR
