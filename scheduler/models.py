@@ -134,8 +134,10 @@ class Job(models.Model):
 
     @property
     def protected_until(self):
-        """When this run's protection ends, as the scheduler decided it at the run's start: the minimum
-        runtime, doubled per earlier preemption up to the cluster's cap (`scheduler.core.model.protection`)."""
+        """When this run's shield from fair-share preemption ends, as the scheduler decided it at the run's start:
+        the minimum runtime, doubled per earlier preemption up to twice the cluster's cap
+        (`scheduler.core.model.shield`; a job that needs a whole NVLink domain may take it once the contract,
+        `protection`, ends)."""
         if self.run_started_at is None:
             return None
         if self.run_protected_until is not None:
