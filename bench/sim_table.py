@@ -30,12 +30,22 @@ import multiprocessing
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-os.environ.setdefault("DEBUG", "1")
+
+# The simulator needs no Django (scheduler/sim is pure of it: an import-linter contract).
+from scheduler.sim import generators  # noqa: E402
+from scheduler.sim import traces as trace_replays  # noqa: E402
+from scheduler.sim.checks import check_result  # noqa: E402
+from scheduler.sim.engine import simulate  # noqa: E402
+from scheduler.sim.faults import read_faults  # noqa: E402
+from scheduler.sim.inputs import check_jobs, load, read_cluster, read_org  # noqa: E402
+from scheduler.sim.output import waits, write_all  # noqa: E402
+from scheduler.sim.policies import decision_function  # noqa: E402
+from scheduler.sim.workload import read_workload  # noqa: E402
 
 POLICIES = ("allot", "fifo", "priority", "node-level")
 DAY = 86400.0
@@ -63,24 +73,12 @@ TRACES = Path(os.environ.get("ALLOT_TRACES") or ROOT.parent / "shared" / "traces
 HELIOS = TRACES / "philly" / "helios_qssf_philly_results.csv"
 
 
-def _setup() -> None:
-    import django
-
-    django.setup()
-
-
 def workload(name: str, *, quick: bool, traces: str | None) -> tuple:
     """(cluster, units, jobs, faults, until, description) for a workload name.
 
     The synthetic workloads are read from their committed files (workloads/NAME/) when present, as
     `manage.py simulate` would; the trace replays are built from the trace files.
     """
-    from scheduler.sim import generators
-    from scheduler.sim import traces as trace_replays
-    from scheduler.sim.faults import read_faults
-    from scheduler.sim.inputs import check_jobs, load, read_cluster, read_org
-    from scheduler.sim.workload import read_workload
-
     # Measures over the arrival span: jobs still running or waiting then count as such (no drain-out tail).
     spans = {"ai2-month": 30, "speed-1024": 30, "nvl72-small": 14, "nvl72-large": 14, "philly": 30, "openb": 2}
     quick_spans = {"ai2-month": 5, "speed-1024": 3, "nvl72-small": 4, "nvl72-large": 4, "philly": 7, "openb": 0.5}
@@ -115,14 +113,6 @@ def workload(name: str, *, quick: bool, traces: str | None) -> tuple:
 
 def run_one(task: tuple) -> dict:
     name, policy, quick, traces, out, overhead = task
-    _setup()
-    from dataclasses import replace
-
-    from scheduler.sim.checks import check_result
-    from scheduler.sim.engine import simulate
-    from scheduler.sim.output import write_all
-    from scheduler.sim.policies import decision_function
-
     cluster, units, jobs, faults, until, description = workload(name, quick=quick, traces=traces)
     if overhead is not None:
         cluster = replace(cluster, policy=replace(cluster.policy, restart_overhead=overhead))
@@ -140,8 +130,6 @@ def run_one(task: tuple) -> dict:
 
 
 def _mean_wait(result) -> float:
-    from scheduler.sim.output import waits
-
     values = waits(result)["all"]
     return sum(values) / len(values) if values else 0.0
 
@@ -423,9 +411,8 @@ def anchor_lines(results: list[dict], extra: dict, quick: bool) -> list[str]:
 
 
 def family_names() -> list[str]:
-    from scheduler.sim.generators import FAMILY_SEEDS, FAMILY_SHAPES, family_name
-
-    return [family_name(shape, seed) for shape in FAMILY_SHAPES for seed in FAMILY_SEEDS]
+    return [generators.family_name(shape, seed) for shape in generators.FAMILY_SHAPES
+            for seed in generators.FAMILY_SEEDS]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -461,7 +448,6 @@ def main(argv: list[str] | None = None) -> int:
     tasks.sort(key=lambda t: (order.get(t[0], 9), POLICIES.index(t[1])))
     with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
         results = pool.map(run_one, tasks, chunksize=1)
-    _setup()
     extra = {"optimum": optimum(args.quick) if any(n.startswith("nvl72") for n in names) else None,
              "helios": helios()}
     ai2 = next((r for r in results if r["workload"] == "ai2-month"), None)

@@ -7,12 +7,10 @@ from django.db.models import Q
 from django.utils import timezone
 
 from budgets.choices import OPEN_STATUSES, WHAT_IF_ACTIVE, ChangeSource, RequestStatus, Role, WhatIfStatus
+from budgets.spec import POSIX_USER_MESSAGE, POSIX_USER_PATTERN
 
-# A POSIX account name as useradd takes it (portable: lower case, digits, `_`, `-`; a trailing `$` for
-# machine accounts), at most 32 characters.
-POSIX_USER = RegexValidator(r"^[a-z_][a-z0-9_-]{0,30}[a-z0-9_$-]?\Z",
-                            "a POSIX account name: lower case letters, digits, _ and -, starting with a letter or _, "
-                            "at most 32 characters")
+# A POSIX account name as useradd takes it (the org file's rule, budgets/spec.py).
+POSIX_USER = RegexValidator(POSIX_USER_PATTERN, POSIX_USER_MESSAGE)
 
 
 class UserProfile(models.Model):

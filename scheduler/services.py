@@ -17,7 +17,8 @@ from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Pr
 from scheduler.core.durations import format_duration
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess
-from topology.models import SUBMIT_ALLOCATED, Cluster, Gpu, Host
+from topology.models import Cluster, Gpu, Host
+from topology.spec import SUBMIT_ALLOCATED
 
 MAX_COMMAND_LENGTH = 20000
 MAX_NAME_LENGTH = 200

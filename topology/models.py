@@ -9,6 +9,7 @@ from scheduler.core import model as core
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from topology.choices import AgentMode, Containment, DomainKind, Executor, GpuHealth, HostState
 from topology.health import HealthPolicy, default_health_policy, parse_health_policy
+from topology.spec import SUBMIT_ALL, parse_submit_policy
 
 SCHEDULABLE_STATES = (HostState.UP,)
 # Hosts of an `agent` cluster wait in this state until their agent first reports.
@@ -17,24 +18,8 @@ AWAITING_AGENT_REASON = "waiting for its agent to register"
 HEALTHY_STATES = (HostState.UP, HostState.DRAINING)
 
 
-SUBMIT_ALL, SUBMIT_ALLOCATED = "all", "allocated"
-
-
 def submit_by_all() -> str:
     return SUBMIT_ALL
-
-
-def parse_submit_policy(value, where: str = "policy.submit") -> tuple[object, list[str]]:
-    """Who may submit to a cluster: `all`, `allocated` (units holding a share of it), or a list of unit names
-    (those units and every unit under them). Returns the value as stored, and the problems found."""
-    if value in (SUBMIT_ALL, SUBMIT_ALLOCATED):
-        return value, []
-    if isinstance(value, list) and value and all(isinstance(name, str) and name for name in value):
-        bad = [name for name in value if not name.replace("-", "").replace("_", "").isalnum() or not name.isascii()]
-        if bad:
-            return None, [f"{where}: {', '.join(map(repr, bad))} are not unit names"]
-        return sorted(set(value)), []
-    return None, [f"{where}: {value!r} must be `all`, `allocated` or a list of unit names"]
 
 
 class Cluster(models.Model):

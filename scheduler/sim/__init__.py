@@ -10,14 +10,17 @@ play the next days from the live queue)::
 
 `cluster` is an `inputs.Cluster` (core topology + policy; `inputs.cluster_from_spec`
 turns a parsed cluster file into one), `units` core `Unit`s (`inputs.units_from_spec`),
-`jobs` `workload.SimJob`s. `manage.py simulate` is the command-line glue
-(FORMATS.md); `output.write_all` writes the four files.
+`jobs` `workload.SimJob`s. `cli` is the command line (`manage.py simulate`
+calls it; FORMATS.md); `output.write_all` writes the four files. No module
+here imports Django: the files are checked by `topology.spec` and
+`budgets.spec`, the parsers the loaders use (an import-linter contract).
 
 Modules: `engine` (event loop, virtual clock, executor model), `workload`
 (the CSV), `faults` (the fault file), `inputs` (specs to core objects),
 `measures` (DESIGN §5 over time), `output` and `report` (the files),
 `checks` (consistency of the files), `policies` (`--policy` names),
-`generators` (seeded synthetic workloads), `traces` (Philly and openb replays).
+`generators` (seeded synthetic workloads), `traces` (Philly and openb replays),
+`cli` (the command line).
 """
 
 from .engine import InitialRun, InitialState, Result, Simulation, UsageInterval, simulate

@@ -1,9 +1,9 @@
-"""From the cluster and org specs (the loaders' parsed files) to what the core sees.
+"""From the cluster and org specs (the parsed files) to what the core sees.
 
 The simulator reads the same files as `load_cluster` and `load_org`, checked
-by the same parsers (`topology.loaders.parse_cluster`, and
-`budgets.loaders.parse_org` against the cluster file instead of the
-database), and turns them into a core `Topology`, `Policy` and `Unit`s the
+by the same parsers (`topology.spec.parse_cluster`, and
+`budgets.spec.parse_org` against the cluster file instead of the database),
+and turns them into a core `Topology`, `Policy` and `Unit`s the
 way the live snapshot does: host names `<domain>-hNN`, GPU ids
 `<host>:<index>`, hosts listed in `unhealthy_hosts` down, the fast lane on
 the hosts `core.choose_fast_lane_hosts` picks.
@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from budgets.spec import OrgSpec, parse_org
 from scheduler.core import model as core
 from scheduler.core.placement import choose_fast_lane_hosts
+from topology.spec import ClusterSpec, parse_cluster, read_yaml
 
 from .workload import SimJob, WorkloadError
 
@@ -49,8 +51,8 @@ class Cluster:
         return {host.name for host in self.topology.hosts}
 
 
-def cluster_from_spec(spec) -> Cluster:
-    """A `topology.loaders.ClusterSpec` as a simulated cluster."""
+def cluster_from_spec(spec: ClusterSpec) -> Cluster:
+    """A parsed cluster file as a simulated cluster."""
     policy = core.Policy(**{POLICY_FIELDS[key]: value for key, value in spec.policy.items() if key in POLICY_FIELDS})
     topology = spec.core_topology()
     return Cluster(spec.name, with_fast_lane(topology, policy.fast_lane_gpus), policy,
@@ -65,13 +67,11 @@ def with_fast_lane(topology: core.Topology, gpus: int) -> core.Topology:
 
 
 def read_cluster(path) -> Cluster:
-    from topology.loaders import parse_cluster, read_yaml
-
     return cluster_from_spec(parse_cluster(read_yaml(path)))
 
 
-def units_from_spec(spec, cluster: str) -> tuple[core.Unit, ...]:
-    """A `budgets.loaders.OrgSpec` as core units on one cluster (usage zero)."""
+def units_from_spec(spec: OrgSpec, cluster: str) -> tuple[core.Unit, ...]:
+    """A parsed org file as core units on one cluster (usage zero)."""
     return tuple(
         core.Unit(unit.name, unit.parent, float(unit.shares[cluster]) if cluster in unit.shares else None)
         for unit in spec.units
@@ -79,9 +79,6 @@ def units_from_spec(spec, cluster: str) -> tuple[core.Unit, ...]:
 
 
 def read_org(path, cluster: str) -> tuple[core.Unit, ...]:
-    from budgets.loaders import parse_org
-    from topology.loaders import read_yaml
-
     return units_from_spec(parse_org(read_yaml(path), clusters={cluster}), cluster)
 
 
@@ -128,9 +125,6 @@ def check_jobs(jobs: list[SimJob], cluster: Cluster, units: tuple[core.Unit, ...
 
 
 def load(cluster_spec: dict, org_spec: dict) -> tuple[Cluster, tuple[core.Unit, ...]]:
-    """Cluster and units from the YAML mappings (as a generator holds them), checked by the loaders' parsers."""
-    from budgets.loaders import parse_org
-    from topology.loaders import parse_cluster
-
+    """Cluster and units from the YAML mappings (as a generator holds them), checked by the same parsers."""
     cluster = cluster_from_spec(parse_cluster(cluster_spec))
     return cluster, units_from_spec(parse_org(org_spec, clusters={cluster.name}), cluster.name)

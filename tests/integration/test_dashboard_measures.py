@@ -14,10 +14,11 @@ from scheduler.selectors import cluster_measures, free_by_domain, project_consum
 from scheduler.tick import run_tick
 from tests.factories import make_job
 from topology.choices import HostState
-from topology.loaders import apply_cluster, parse_cluster
+from topology.loaders import apply_cluster
 from topology.models import Gpu
 from topology.models import Host as HostRow
 from topology.selectors import domain_views
+from topology.spec import parse_cluster
 
 pytestmark = pytest.mark.django_db
 

@@ -13,8 +13,9 @@ from scheduler.tick import run_tick
 from tests.conftest import get_user
 from tests.factories import make_job
 from topology.choices import HostState
-from topology.loaders import apply_cluster, parse_cluster
+from topology.loaders import apply_cluster
 from topology.models import Host
+from topology.spec import parse_cluster
 
 pytestmark = pytest.mark.django_db
 

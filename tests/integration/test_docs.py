@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from budgets.loaders import UNIT_KEYS, USER_KEYS, parse_org
+from budgets.spec import UNIT_KEYS, USER_KEYS, parse_org
 from scheduler.api.serializers import JobSerializer
 from topology.health import EVENT_KEYS
-from topology.loaders import DOMAIN_KEYS, POLICY_FIELDS, parse_cluster
+from topology.spec import DOMAIN_KEYS, POLICY_FIELDS, parse_cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 FORMATS = (ROOT / "docs" / "formats.md").read_text()

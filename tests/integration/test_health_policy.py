@@ -11,9 +11,10 @@ from scheduler.agents import Heartbeat, agent_heartbeat
 from scheduler.executors import expire_heartbeats
 from topology.choices import HostState
 from topology.health import DEFAULT_HEALTH_POLICY, HealthPolicy, parse_health_policy, xid_meaning
-from topology.loaders import LoadError, apply_cluster, parse_cluster
+from topology.loaders import apply_cluster
 from topology.models import Cluster, Host, HostEvent
 from topology.services import host_drain
+from topology.spec import LoadError, parse_cluster
 
 pytestmark = pytest.mark.django_db
 

@@ -18,8 +18,9 @@ from scheduler.snapshot import build_snapshot
 from scheduler.tick import apply_decisions, run_tick
 from tests.conftest import DEMO, get_user
 from tests.factories import make_job
-from topology.loaders import LoadError, load_cluster_file, parse_cluster
+from topology.loaders import load_cluster_file
 from topology.models import Gpu, Host, HostEvent, MigInstance
+from topology.spec import LoadError, parse_cluster
 
 pytestmark = pytest.mark.django_db
 

@@ -11,6 +11,7 @@ from django.core.management.base import CommandError
 
 from budgets.loaders import parse_org
 from scheduler.sim.checks import check_directory
+from tests.without_django import run_without_django
 
 CLUSTER = {
     "name": "sim-test",
@@ -116,6 +117,22 @@ def test_the_same_inputs_give_the_same_bytes(inputs, tmp_path):
     first, second = (json.loads((tmp_path / d / "summary.json").read_text()) for d in "ab")
     first.pop("wall_seconds"), second.pop("wall_seconds")
     assert first == second
+
+
+def test_the_command_is_the_django_free_program(inputs, tmp_path):
+    """`manage.py simulate` does no work of its own: `scheduler.sim.cli.main`, with no Django, writes the same."""
+    simulate(inputs, tmp_path / "command", "--faults", str(inputs / "faults.csv"), "--no-report")
+    argv = ["--cluster", str(inputs / "cluster.yaml"), "--org", str(inputs / "org.yaml"),
+            "--workload", str(inputs / "workload.csv"), "--faults", str(inputs / "faults.csv"), "--no-report",
+            "--out", str(tmp_path / "program")]
+    done = run_without_django(f"""
+        from scheduler.sim.cli import main
+
+        assert main({argv!r}) == 0
+    """)
+    assert done.stdout.startswith("allot: 9 jobs, ")
+    for name in ("events.csv", "jobs.csv"):
+        assert (tmp_path / "command" / name).read_bytes() == (tmp_path / "program" / name).read_bytes(), name
 
 
 @pytest.mark.parametrize("policy", ["fifo", "priority", "node-level"])

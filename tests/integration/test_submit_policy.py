@@ -6,8 +6,9 @@ import yaml
 from budgets.models import Membership, Unit
 from scheduler.models import Job
 from tests.conftest import DEMO, get_user
-from topology.loaders import LoadError, apply_cluster, parse_cluster
+from topology.loaders import apply_cluster
 from topology.models import Cluster
+from topology.spec import LoadError, parse_cluster
 
 pytestmark = pytest.mark.django_db
 

@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
 from budgets.loaders import load_org_file
-from topology.loaders import LoadError
+from topology.spec import LoadError
 
 
 class Command(BaseCommand):

@@ -4,7 +4,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from budgets.loaders import load_org_file
 from budgets.models import Unit
-from topology.loaders import LoadError, load_cluster_file
+from topology.loaders import load_cluster_file
+from topology.spec import LoadError
 
 DEMO_DIR = settings.DEMO_DIR
 DEMO_PASSWORD = "allot-demo"

@@ -1,6 +1,7 @@
 from django.core.management.base import BaseCommand, CommandError
 
-from topology.loaders import LoadError, load_cluster_file
+from topology.loaders import load_cluster_file
+from topology.spec import LoadError
 
 
 class Command(BaseCommand):
