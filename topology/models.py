@@ -42,6 +42,10 @@ class Cluster(models.Model):
                                "start again (the bound on churn for jobs without protection).")
     max_unallocated_backoff_seconds = models.PositiveIntegerField(
         default=3600, help_text="The longest an unallocated job backs off after a preemption.")
+    max_preempted_protection_seconds = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="Each preemption doubles a job's next shield from fair-share preemption up to this (empty: twice "
+                  "the cap on minimum runtime); jobs that need a whole NVLink domain may take it once the cap is over.")
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.AGENT)
     # Agents never run a job as uid 0 (an account mapped to root, or a single-user agent running as root)
     # unless this is set.
@@ -86,6 +90,7 @@ class Cluster(models.Model):
             restart_overhead=self.restart_overhead_seconds,
             unallocated_backoff=self.unallocated_backoff_seconds,
             max_unallocated_backoff=self.max_unallocated_backoff_seconds,
+            max_preempted_protection=self.max_preempted_protection_seconds,
         )
 
     def clean(self):

@@ -35,6 +35,7 @@ POLICY_FIELDS = {
     "restart_overhead": ("restart_overhead_seconds", "duration"),
     "unallocated_backoff": ("unallocated_backoff_seconds", "duration"),
     "max_unallocated_backoff": ("max_unallocated_backoff_seconds", "duration"),
+    "max_preempted_protection": ("max_preempted_protection_seconds", "duration"),
     "executor": ("executor", "executor"),
     "allow_root_jobs": ("allow_root_jobs", "bool"),
     "submit": ("submit_policy", "submit"),

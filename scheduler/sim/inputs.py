@@ -33,6 +33,7 @@ POLICY_FIELDS = {
     "restart_overhead_seconds": "restart_overhead",
     "unallocated_backoff_seconds": "unallocated_backoff",
     "max_unallocated_backoff_seconds": "max_unallocated_backoff",
+    "max_preempted_protection_seconds": "max_preempted_protection",
 }
 
 

@@ -156,3 +156,15 @@ def test_root_jobs_are_refused_unless_the_policy_allows_them(tmp_path):
     assert Cluster.objects.get(name=cluster.name).allow_root_jobs is True
     with pytest.raises(LoadError, match="policy.allow_root_jobs: 'yes' must be true or false"):
         load_cluster_file(write(tmp_path, {**SPEC, "policy": {**SPEC["policy"], "allow_root_jobs": "yes"}}))
+
+
+def test_the_shield_cap_is_a_policy_key_the_tick_and_the_simulator_read_alike(tmp_path):
+    from scheduler.core.model import preempted_protection_cap
+    from scheduler.sim.inputs import read_cluster
+
+    default, _ = load_cluster_file(write(tmp_path, SPEC))
+    assert preempted_protection_cap(default.scheduling_policy()) == 16 * 3600  # twice max_min_runtime
+    spec = {**SPEC, "policy": {**SPEC["policy"], "max_preempted_protection": "12h"}}
+    cluster, _ = load_cluster_file(write(tmp_path, spec))
+    assert cluster.scheduling_policy().max_preempted_protection == 12 * 3600
+    assert read_cluster(write(tmp_path, spec, "sim.yaml")).policy.max_preempted_protection == 12 * 3600
