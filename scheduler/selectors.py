@@ -300,11 +300,11 @@ def sample_series(cluster, *, now, seconds: int, points: int = MAX_POINTS) -> di
     return series
 
 
-def project_consumption(cluster, *, now, healthy_gpus: int | None = None) -> list[dict]:
+def project_consumption(cluster, *, now, schedulable_gpus: int | None = None) -> list[dict]:
     """Each project over the window: GPU-hours used (charged, and free) against GPU-hours entitled; tree order."""
     from budgets.selectors import budget_tree
 
-    rows = budget_tree(cluster, now=now, healthy_gpus=healthy_gpus)
+    rows = budget_tree(cluster, now=now, schedulable_gpus=schedulable_gpus)
     parents = {row.unit.parent_id for row in rows}
     names = {row.unit.pk: row.unit.name for row in rows}
     return [
@@ -475,8 +475,9 @@ def job_history(filters: dict, *, user):
 def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit | None = None) -> list[dict]:
     """GPU-hours per unit (its subtree) and per user in [since, until), allocated (charged) and unallocated
     (free), against the unit's entitlement over the span (its share of the cluster as it stood at each moment,
-    times the cluster's healthy GPUs now): one entry per cluster, units in tree order. The same run intervals
-    as the fair share (`scheduler.usage`) and the same share timelines as the unit page (`budgets.selectors`)."""
+    times the cluster's schedulable GPUs now, `Cluster.schedulable_gpus`): one entry per cluster, units in tree
+    order. The same run intervals as the fair share (`scheduler.usage`) and the same share timelines as the unit
+    page (`budgets.selectors`)."""
     from budgets.selectors import entitled_gpu_seconds, walk_units
     from scheduler.usage import period_usage, roll_up
     from topology.models import Cluster
@@ -490,7 +491,7 @@ def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit |
     usernames = dict(get_user_model().objects.values_list("pk", "username"))
     report = []
     for each in clusters:
-        healthy = each.gpu_counts()["healthy"]
+        gpus = each.schedulable_gpus()
         by_project_user = period_usage(each, start=since, end=until)
         by_unit_user: dict[tuple[int, int], Usage] = defaultdict(Usage)
         for (project_id, user_id), used in by_project_user.items():
@@ -504,7 +505,7 @@ def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit |
             projects[project_id].allocated += used.allocated
             projects[project_id].unallocated += used.unallocated
         totals = roll_up(dict(projects), parents)
-        entitled = entitled_gpu_seconds(each, start=since, end=until, healthy_gpus=healthy)
+        entitled = entitled_gpu_seconds(each, start=since, end=until, schedulable_gpus=gpus)
         rows = []
         for row, depth in tree:
             if row.pk not in wanted:
@@ -525,5 +526,5 @@ def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit |
                            "allocated_gpu_hours": round(spent.allocated / 3600, 3),
                            "unallocated_gpu_hours": round(spent.unallocated / 3600, 3)} for user_id, spent in users],
             })
-        report.append({"cluster": each.name, "healthy_gpus": healthy, "units": rows})
+        report.append({"cluster": each.name, "schedulable_gpus": gpus, "units": rows})
     return report

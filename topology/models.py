@@ -10,11 +10,14 @@ from scheduler.core.mig import PROFILES as MIG_PROFILES
 from topology.choices import AgentMode, Containment, DomainKind, Executor, GpuHealth, HostState
 from topology.health import HealthPolicy, default_health_policy, parse_health_policy
 
-SCHEDULABLE_STATES = (HostState.UP,)
+# Hosts that take new jobs, as the scheduler's core defines them: their healthy GPUs are the cluster's capacity
+# and what every share is a share of (`Cluster.schedulable_gpus`).
+SCHEDULABLE_STATES = tuple(sorted(core.SCHEDULABLE_STATES))
 # Hosts of an `agent` cluster wait in this state until their agent first reports.
 AWAITING_AGENT_REASON = "waiting for its agent to register"
-# Hosts whose GPUs count as healthy capacity: up, or still running work while draining.
-HEALTHY_STATES = (HostState.UP, HostState.DRAINING)
+# Hosts in service: up, or still running work while draining. Their healthy GPUs are the ones available (the
+# inventory pages' "68 of 72 GPUs healthy"), never what entitlements are computed from.
+IN_SERVICE_STATES = (HostState.UP, HostState.DRAINING)
 
 
 SUBMIT_ALL, SUBMIT_ALLOCATED = "all", "allocated"
@@ -120,20 +123,26 @@ class Cluster(models.Model):
         return HealthPolicy.of(self.health_policy)
 
     def gpu_counts(self) -> dict:
-        """Total and healthy GPUs (on hosts that can take work), in two queries."""
+        """Total GPUs, and healthy ones on hosts in service (up or draining: available), in two queries."""
         gpus = Gpu.objects.filter(host__domain__cluster=self)
         total = gpus.count()
-        healthy = gpus.filter(health=GpuHealth.OK, host__state__in=HEALTHY_STATES).count()
+        healthy = gpus.filter(health=GpuHealth.OK, host__state__in=IN_SERVICE_STATES).count()
         return {"total": total, "healthy": healthy}
 
+    def schedulable_gpus(self) -> int:
+        """Healthy GPUs on hosts that take new jobs (`core.schedulable_gpus`, DESIGN §3 rule 2): what every
+        share of the cluster is a share of, on the budget pages as in the scheduler. One query."""
+        return Gpu.objects.filter(host__domain__cluster=self, health=GpuHealth.OK,
+                                  host__state__in=SCHEDULABLE_STATES).count()
+
     def largest_healthy_domain(self) -> int:
-        """GPUs in the largest domain counting only healthy GPUs on schedulable hosts."""
+        """GPUs in the largest domain counting only healthy GPUs on hosts in service."""
         best = (
             Domain.objects.filter(cluster=self)
             .annotate(
                 healthy=Count(
                     "hosts__gpus",
-                    filter=Q(hosts__gpus__health=GpuHealth.OK, hosts__state__in=HEALTHY_STATES),
+                    filter=Q(hosts__gpus__health=GpuHealth.OK, hosts__state__in=IN_SERVICE_STATES),
                 )
             )
             .order_by("-healthy")

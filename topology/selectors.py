@@ -10,7 +10,7 @@ from django.utils import timezone
 from topology.choices import GpuHealth, HostState
 from topology.models import (
     AWAITING_AGENT_REASON,
-    HEALTHY_STATES,
+    IN_SERVICE_STATES,
     SCHEDULABLE_STATES,
     Cluster,
     Domain,
@@ -67,7 +67,7 @@ class HostView:
 
     @property
     def healthy_gpus(self) -> int:
-        if self.host.state not in HEALTHY_STATES:
+        if self.host.state not in IN_SERVICE_STATES:
             return 0
         return sum(1 for gpu in self.gpus if gpu.health == GpuHealth.OK)
 
@@ -100,7 +100,7 @@ class DomainView:
 
     @property
     def unhealthy_hosts(self) -> list[Host]:
-        return [h.host for h in self.hosts if h.host.state not in HEALTHY_STATES]
+        return [h.host for h in self.hosts if h.host.state not in IN_SERVICE_STATES]
 
 
 def _live_holders(gpu_ids) -> dict[int, list]:

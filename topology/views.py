@@ -79,7 +79,6 @@ def cluster_dashboard_data(request, name):
     now = timezone.now()
     seconds = range_seconds(cluster, _range(request))
     views = domain_views(cluster)
-    healthy = cluster.gpu_counts()["healthy"]
     every = settings.ALLOT_SAMPLE_SECONDS
     return JsonResponse({
         "now": now.isoformat(),
@@ -93,7 +92,7 @@ def cluster_dashboard_data(request, name):
         "samples": sample_series(cluster, now=now, seconds=seconds),
         "domains": free_by_domain(views),
         "largest_placeable": cluster_measures(cluster, views).fragmentation.largest_placeable,
-        "consumption": project_consumption(cluster, now=now, healthy_gpus=healthy),
+        "consumption": project_consumption(cluster, now=now),
         "window_seconds": cluster.window_seconds,
         "by_project": project_usage_series(cluster, now=now, seconds=seconds),
     })
