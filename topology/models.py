@@ -1,5 +1,6 @@
 import hashlib
 import secrets
+from datetime import datetime
 
 from django.db import models, transaction
 from django.db.models import Count, Q, Sum
@@ -226,6 +227,11 @@ class Host(models.Model):
                                              "(process groups only).")
     containment_note = models.CharField(max_length=300, blank=True,
                                         help_text="What the agent's containment cannot do on this host.")
+    # Rule 7 as the scheduler's core last decided it for this drain (HostChange.leaves), kept by the tick.
+    drain_leaves = models.JSONField(
+        default=list, blank=True,
+        help_text="While draining: when each job is expected to leave and why, as the scheduler last decided "
+                  "([{job, at, why}], the last first); empty until its first tick of the drain.")
 
     class Meta:
         ordering = ["domain__name", "position"]
@@ -244,6 +250,11 @@ class Host(models.Model):
     def schedulable(self) -> bool:
         return self.state in SCHEDULABLE_STATES
 
+    def planned_leaves(self) -> dict[int, tuple[datetime, str]]:
+        """While draining: job id → when it is expected to leave and why then, as the scheduler last decided
+        (rule 7). A job on the host but not here is not decided yet: the next tick decides it."""
+        return {entry["job"]: (datetime.fromisoformat(entry["at"]), entry["why"]) for entry in self.drain_leaves or ()}
+
     def set_state(self, state: str, *, actor: str, reason: str, at=None, keep_reason: bool = False) -> "HostEvent":
         """Change state, keeping who, why and when on the host and in its history.
 
@@ -253,13 +264,15 @@ class Host(models.Model):
         at = at or timezone.now()
         before = self.state
         self.state = state
+        # What the scheduler decided for a drain holds for that drain only; the next tick decides anew.
+        self.drain_leaves = []
         if keep_reason:
-            self.save(update_fields=["state"])
+            self.save(update_fields=["state", "drain_leaves"])
         else:
             self.state_reason = reason
             self.state_actor = actor
             self.state_changed_at = at
-            self.save(update_fields=["state", "state_reason", "state_actor", "state_changed_at"])
+            self.save(update_fields=["state", "state_reason", "state_actor", "state_changed_at", "drain_leaves"])
         return HostEvent.objects.create(
             host=self, at=at, kind=HostEvent.Kind.STATE, actor=actor,
             detail=f"{before} → {state}: {reason}",

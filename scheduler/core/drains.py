@@ -9,6 +9,7 @@ drained.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from .capacity import Capacity
 from .model import (
@@ -84,12 +85,32 @@ def drain_progress(capacity: Capacity, leave_at: dict[str, float], *, now: float
         if not host.jobs:
             changes.append(HostChange(host.name, DRAINED, "no jobs left: drained, ready for repair"))
             continue
-        leaves = sorted((leave(job, leave_at, now=now, policy=policy) for job in host.jobs),
-                        key=lambda left: (-left.at, left.job_id))
+        leaves = last_first(leave(job, leave_at, now=now, policy=policy) for job in host.jobs)
         changes.append(HostChange(
             host.name, DRAINING, f"{plural(len(host.jobs), 'job')} left; leaves {format_time(leaves[0].at, now)}",
-            leaves=tuple(leaves)))
+            leaves=leaves))
     return changes
+
+
+def if_drained(jobs: Iterable[RunningJob], *, now: float, policy: Policy) -> tuple[JobLeave, ...]:
+    """Rule 7 as a what-if: when each of a host's jobs would leave were the host drained now, the last first.
+
+    The host page shows it before on-call drains a host; once it drains, the
+    tick's own decision (`drain_progress`) is what the pages show.
+    """
+    jobs = tuple(jobs)
+    leave_at: dict[str, float] = {}
+    for job in jobs:
+        if job.state == PREEMPTING:
+            leave_at[job.id] = now if job.grace_ends is None else max(now, job.grace_ends)
+        elif (not job.allocated or now >= protected_until(job, policy)
+              or job.max_runtime is not None and now >= job.start_time + job.max_runtime):
+            leave_at[job.id] = now + grace_for(job, policy)
+    return last_first(leave(job, leave_at, now=now, policy=policy) for job in jobs)
+
+
+def last_first(leaves: Iterable[JobLeave]) -> tuple[JobLeave, ...]:
+    return tuple(sorted(leaves, key=lambda left: (-left.at, left.job_id)))
 
 
 def leave(job: RunningJob, leave_at: dict[str, float], *, now: float, policy: Policy) -> JobLeave:

@@ -1,5 +1,5 @@
 """One rule, one home: with a draining host still running jobs, the pages, the API and the metrics show what the
-scheduler's core decides — the ratios it orders the queue by."""
+scheduler's core decides — the ratios it orders the queue by, and when each job leaves the drain."""
 
 from datetime import datetime, timedelta
 
@@ -10,12 +10,13 @@ from django.utils import timezone
 from scheduler.core import schedule
 from scheduler.selectors import project_consumption
 from scheduler.services import job_end_run
-from scheduler.snapshot import build_snapshot
+from scheduler.snapshot import build_snapshot, moment
 from scheduler.tick import run_tick
 from tests.conftest import get_user
 from tests.factories import make_job
 from topology.choices import HostState
 from topology.models import Cluster, Host
+from topology.services import host_drain
 
 pytestmark = pytest.mark.django_db
 
@@ -68,3 +69,73 @@ def test_the_budget_pages_api_and_dashboard_show_the_ratio_the_scheduler_orders_
 
     consumption = {row["project"]: row["ratio"] for row in project_consumption(demo, now=now)}
     assert consumption["olmo"] == pytest.approx(ratios["olmo"], rel=1e-9)
+
+
+def test_the_host_page_api_and_cli_show_the_drain_as_the_scheduler_decided_it(demo, now, client, api):
+    protected = make_job(gpus=2, min_runtime=3600, on_hosts=[DRAINING], started=now - timedelta(minutes=10),
+                         simulated_duration=MONTH)
+    capped = make_job(gpus=2, min_runtime=3600, max_runtime=1800, on_hosts=[DRAINING],
+                      started=now - timedelta(minutes=10))
+    # Preempted once before this run: its protection doubled (rule 4's bound on churn).
+    again = make_job(gpus=2, min_runtime=3600, preemptions=1, on_hosts=[DRAINING],
+                     started=now - timedelta(minutes=10), simulated_duration=MONTH)
+    free = make_job(project="tulu", user="carol", gpus=2, min_runtime=0, on_hosts=[DRAINING],
+                    started=now - timedelta(minutes=10), simulated_duration=MONTH)
+    host_drain(host=Host.objects.get(name=DRAINING), actor="olga", reason="fan failure")
+
+    (change,) = [c for c in decide(demo, now).host_changes if c.host == DRAINING]
+    decided = {int(left.job_id): (moment(left.at), left.why) for left in change.leaves}
+    assert decided == {
+        again.pk: (now + timedelta(hours=2, minutes=-10, seconds=60), "at the end of its protection"),
+        protected.pk: (now + timedelta(minutes=50, seconds=60), "at its minimum runtime"),
+        capped.pk: (now + timedelta(minutes=20, seconds=60), "at its maximum runtime"),
+        free.pk: (now + timedelta(seconds=10), "at once (unallocated)"),
+    }
+    run_tick(demo, now=now)
+
+    client.force_login(get_user("olga"))
+    page = client.get(f"/hosts/{DRAINING}/")
+    progress, rows = page.context["progress"], page.context["jobs"]
+    assert (progress.jobs_left, progress.last_leaves_at, progress.last_why) == (4, moment(change.empty_at),
+                                                                              change.leaves[0].why)
+    assert {row.job.pk: (row.leaves_at, row.leaves_why) for row in rows} == decided
+    assert [row.job.pk for row in rows] == [int(left.job_id) for left in change.leaves]
+    html = page.content.decode()
+    last = timezone.localtime(moment(change.empty_at))
+    assert f"4 jobs left;</strong> the last leaves by <strong>{last:%H:%M}</strong>" in html
+    assert "at the end of its protection" in html
+
+    progress = api.as_user(get_user("olga")).get(f"/api/v1/hosts/{DRAINING}/").json()["drain_progress"]
+    assert (progress["jobs_left"], datetime.fromisoformat(progress["last_leaves_at"])) == (4, moment(change.empty_at))
+    assert {job["job"]: (datetime.fromisoformat(job["leaves_at"]), job["why"]) for job in progress["jobs"]} == decided
+
+    repairs = client.get("/repairs/").content.decode()
+    assert f"4 jobs left; the last leaves by {last:%H:%M}" in repairs
+
+
+def test_until_its_first_tick_a_drain_says_the_scheduler_has_yet_to_decide(demo, now, client, api):
+    make_job(gpus=8, min_runtime=3600, on_hosts=[DRAINING], simulated_duration=MONTH)
+    host_drain(host=Host.objects.get(name=DRAINING), actor="olga", reason="fan failure")
+    client.force_login(get_user("olga"))
+    html = client.get(f"/hosts/{DRAINING}/").content.decode()
+    assert "1 job left;</strong> when it leaves: the scheduler decides when at its next tick." in html
+    progress = api.as_user(get_user("olga")).get(f"/api/v1/hosts/{DRAINING}/").json()["drain_progress"]
+    assert (progress["jobs_left"], progress["last_leaves_at"], progress["jobs"][0]["leaves_at"]) == (1, None, None)
+    run_tick(demo, now=now)
+    assert "at its minimum runtime" in client.get(f"/hosts/{DRAINING}/").content.decode()
+    # A new state is a new drain: what was decided for the last one goes.
+    host = Host.objects.get(name=DRAINING)
+    assert host.drain_leaves
+    host.set_state(HostState.UP, actor="olga", reason="fan replaced")
+    assert Host.objects.get(name=DRAINING).drain_leaves == []
+
+
+def test_before_a_drain_the_host_page_previews_it_with_the_cores_rule(demo, now, client):
+    again = make_job(gpus=2, min_runtime=3600, preemptions=1, on_hosts=[DRAINING],
+                     started=now - timedelta(minutes=10), simulated_duration=MONTH)
+    client.force_login(get_user("olga"))
+    page = client.get(f"/hosts/{DRAINING}/")
+    (row,) = page.context["jobs"]
+    assert (row.job.pk, row.leaves_at, row.leaves_why) == (
+        again.pk, now + timedelta(hours=2, minutes=-10, seconds=60), "at the end of its protection")
+    assert 'data-testid="drain-preview"' in page.content.decode() and page.context["progress"] is None

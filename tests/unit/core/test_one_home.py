@@ -6,6 +6,7 @@ import pytest
 
 from scheduler.core import CORDONED, DOWN, DRAINED, DRAINING, PREEMPTING, UP, MigGpu, Policy, schedule
 from scheduler.core.capacity import Capacity
+from scheduler.core.drains import if_drained
 from scheduler.core.fairshare import UnitTree
 from scheduler.core.model import SCHEDULABLE_STATES, Host, JobLeave, schedulable_gpus
 
@@ -47,11 +48,8 @@ def test_a_draining_host_running_a_job_does_not_raise_anyones_entitlement() -> N
     assert decisions.unit_ratios == tree.ratios()
 
 
-def test_the_drain_says_when_each_job_leaves_and_why() -> None:
-    """D1: the core's decision carries each job's leave time; the host's is that of the last."""
-    topo = topology(domain("hgx", 1, 8, states={1: DRAINING}, gpu_type="H100"))
-    org = units(("p", None, 100))
-    jobs = [
+def jobs_on_one_host() -> list:
+    return [
         running("free", "p", gpus_of("hgx-h01", 2), min_runtime=0, start_time=NOW - HOUR),
         running("young", "p", gpus_of("hgx-h01", 2, 2), start_time=NOW - 600, min_runtime=HOUR),
         running("old", "p", gpus_of("hgx-h01", 2, 4), start_time=NOW - 2 * HOUR, min_runtime=HOUR),
@@ -60,6 +58,13 @@ def test_the_drain_says_when_each_job_leaves_and_why() -> None:
         running("stopping", "p", gpus_of("hgx-h01", 1, 7), start_time=NOW - HOUR, state=PREEMPTING,
                 grace_ends=NOW + 30, preempted_for="x"),
     ]
+
+
+def test_the_drain_says_when_each_job_leaves_and_why() -> None:
+    """D1: the core's decision carries each job's leave time; the host's is that of the last."""
+    topo = topology(domain("hgx", 1, 8, states={1: DRAINING}, gpu_type="H100"))
+    org = units(("p", None, 100))
+    jobs = jobs_on_one_host()
     decisions = schedule(snapshot(topo, org, running_jobs=jobs), now=NOW, policy=POLICY)
     (change,) = decisions.host_changes
     assert change.state == DRAINING and change.reason == "5 jobs left; leaves in 51m"
@@ -79,3 +84,12 @@ def test_a_drained_host_and_hosts_in_service_carry_no_leave_times() -> None:
     decisions = schedule(snapshot(topo, units(("p", None, 100)), running_jobs=[job]), now=NOW, policy=POLICY)
     assert [(c.host, c.state, c.leaves, c.empty_at) for c in decisions.host_changes] == [
         ("hgx-h01", DRAINED, (), None)]
+
+
+def test_the_preview_of_a_drain_is_what_the_tick_decides_once_the_host_drains() -> None:
+    jobs = jobs_on_one_host()
+    org = units(("p", None, 100))
+    draining = schedule(snapshot(topology(domain("hgx", 1, 8, states={1: DRAINING}, gpu_type="H100")), org,
+                                 running_jobs=jobs), now=NOW, policy=POLICY)
+    assert if_drained(jobs, now=NOW, policy=POLICY) == draining.host_changes[0].leaves
+    assert if_drained((), now=NOW, policy=POLICY) == ()
