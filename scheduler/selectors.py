@@ -12,9 +12,9 @@ from django.utils import timezone
 from budgets.models import Unit
 from scheduler.choices import LIVE_STATES
 from scheduler.core import model as core
-from scheduler.core import reasons as core_reasons
 from scheduler.core.drains import if_drained
 from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
+from scheduler.core.reasons import format_percent
 from scheduler.models import ClusterSample, GpuAssignment, Job, Tick
 from scheduler.snapshot import moment, running_on_host
 from scheduler.usage import Usage, usage_series
@@ -110,12 +110,6 @@ def unit_paths() -> dict[int, list[Unit]]:
     for pk in units:
         path(pk)
     return paths
-
-
-def format_percent(ratio: float) -> str:
-    """A ratio as a percent with the digits that tell small ones apart: 0.04 %, 3.5 %, 42 % (the core's rule,
-    so pages and reasons write the same number)."""
-    return core_reasons.format_percent(ratio)
 
 
 def explain_order(before: dict | None, row: dict) -> str:
