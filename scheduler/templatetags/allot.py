@@ -83,15 +83,6 @@ def cause_link(cause):
 
 
 @register.filter
-def percent_of(value, whole):
-    """value / whole as a percent for widths: 0..100."""
-    try:
-        return max(0.0, min(100.0, float(value) / float(whole) * 100)) if float(whole) else 0.0
-    except (TypeError, ValueError):
-        return 0.0
-
-
-@register.filter
 def gpu_summary(detail):
     """A start event's GPU ids ("h:0 h:1 …") as "8 GPUs on nvl72-01-h[01-02]"."""
     from scheduler.core.hostlist import compress
