@@ -34,9 +34,9 @@ def main() -> int:
     from budgets.selectors import budget_tree
     from budgets.services import budget_request_create
     from budgets.whatif import what_if
+    from scheduler.core.reasons import format_percent
     from scheduler.demo_load import DemoLoad
     from scheduler.models import Job
-    from scheduler.selectors import format_percent
     from scheduler.tick import run_tick
     from topology.models import Cluster
 

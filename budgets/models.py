@@ -35,9 +35,6 @@ class UnitQuerySet(models.QuerySet):
         """Units jobs can be charged to: those with no children."""
         return self.filter(children__isnull=True)
 
-    def managed_by(self, user):
-        return self.filter(memberships__user=user, memberships__role=Role.MANAGER)
-
 
 class Unit(models.Model):
     """A node of the research org: organisation → program → project, any depth."""
@@ -64,9 +61,6 @@ class Unit(models.Model):
 
     def path(self) -> list["Unit"]:
         return [*reversed(self.ancestors()), self]
-
-    def is_project(self) -> bool:
-        return not self.children.exists()
 
 
 class Membership(models.Model):
@@ -256,10 +250,6 @@ class BudgetRequest(models.Model):
     @property
     def is_open(self) -> bool:
         return self.status in OPEN_STATUSES
-
-    @property
-    def is_time_limited(self) -> bool:
-        return self.ends_at is not None
 
     def effective_start(self, now):
         """An approved share starts at `starts_at`, or at approval when that is empty or already past."""

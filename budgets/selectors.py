@@ -12,6 +12,8 @@ from budgets.choices import RequestStatus, Role
 from budgets.lib.timeline import Period, peak_total, permanent_boundary, share_at
 from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, UserProfile, WhatIf
 from budgets.permissions import managed_unit_ids
+from scheduler.core import fairshare
+from scheduler.core import model as core
 
 HOURS_PER_WEEK = 168
 HUNDRED = Decimal(100)
@@ -54,21 +56,38 @@ def walk_units() -> list[tuple[Unit, int]]:
     return rows
 
 
-def unit_shares(cluster, healthy_gpus: int, at=None) -> list[UnitShare]:
-    """Every unit in tree order with its share on `cluster`: % of parent, of the cluster, GPU-hours per window."""
+def core_units(rows: list[tuple[Unit, int]], percents: dict[int, Decimal], usage: dict | None = None
+               ) -> tuple[core.Unit, ...]:
+    """The org tree as the scheduler's core sees it on one cluster (as the tick's snapshot builds it): each
+    unit's share, and its own usage when given (project id → `scheduler.usage.Usage`)."""
+    usage = usage or {}
+    names = {unit.pk: unit.name for unit, _ in rows}
+    return tuple(
+        core.Unit(
+            name=unit.name, parent=names.get(unit.parent_id),
+            share=float(percents[unit.pk]) if unit.pk in percents else None,
+            allocated_usage=usage[unit.pk].allocated if unit.pk in usage else 0.0,
+            unallocated_usage=usage[unit.pk].unallocated if unit.pk in usage else 0.0,
+        )
+        for unit, _ in rows
+    )
+
+
+def unit_shares(cluster, schedulable_gpus: int, at=None) -> list[UnitShare]:
+    """Every unit in tree order with its share on `cluster`: % of parent, of the cluster (the core's
+    `share_of_cluster`), GPU-hours per window of the cluster's `schedulable_gpus`."""
     percents = current_shares(cluster, at)
     window_hours = cluster.window_seconds / 3600
-    fractions: dict[int | None, float] = {None: 1.0}
-    rows = []
-    for unit, depth in walk_units():
-        percent = percents.get(unit.pk)
-        fraction = fractions[unit.parent_id] * float(percent) / 100 if percent is not None else 0.0
-        fractions[unit.pk] = fraction
-        rows.append(UnitShare(
-            unit=unit, depth=depth, percent_of_parent=percent, fraction_of_cluster=fraction,
-            gpu_hours_per_window=fraction * healthy_gpus * window_hours,
-        ))
-    return rows
+    rows = walk_units()
+    fractions = fairshare.share_of_cluster(core_units(rows, percents))
+    return [
+        UnitShare(
+            unit=unit, depth=depth, percent_of_parent=percents.get(unit.pk),
+            fraction_of_cluster=fractions[unit.name],
+            gpu_hours_per_window=fractions[unit.name] * schedulable_gpus * window_hours,
+        )
+        for unit, depth in rows
+    ]
 
 
 def people_by_unit() -> dict[int, dict[str, list[str]]]:
@@ -183,16 +202,13 @@ class UnitBudget:
     entitled_gpu_hours: float  # over the fair-share window
     usage_gpu_hours: float  # allocated (charged) GPU-hours in the window, subtree included
     unallocated_gpu_hours: float  # free GPU-hours in the window: shown, never charged
+    # usage / entitled (DESIGN §3 rule 2) as the scheduler computes it; None when entitled to nothing.
+    ratio: float | None
     pending_gpus: int  # GPUs asked for by pending allocated jobs, subtree included
     pending_unallocated_gpus: int
     children_percent: Decimal = Decimal(0)  # what its children hold of it now
     open_requests: int = 0
     people: dict = field(default_factory=dict)
-
-    @property
-    def ratio(self) -> float | None:
-        """usage / entitled (DESIGN §3 rule 2); None when entitled to nothing."""
-        return self.usage_gpu_hours / self.entitled_gpu_hours if self.entitled_gpu_hours > 0 else None
 
     @property
     def percent_of_cluster(self) -> float:
@@ -218,15 +234,23 @@ def pending_gpus_by_project(cluster) -> dict[int, tuple[int, int]]:
     return {row["project_id"]: (row["allocated"], row["unallocated"]) for row in rows}
 
 
-def budget_tree(cluster, *, now: datetime, healthy_gpus: int | None = None) -> list[UnitBudget]:
-    """Every unit in tree order with share, entitlement, window usage, ratio and pending demand on `cluster`."""
-    from scheduler.usage import project_usage, roll_up
+def budget_tree(cluster, *, now: datetime, schedulable_gpus: int | None = None) -> list[UnitBudget]:
+    """Every unit in tree order with share, entitlement, window usage, ratio and pending demand on `cluster`.
 
-    healthy = cluster.gpu_counts()["healthy"] if healthy_gpus is None else healthy_gpus
-    window_hours = cluster.window_seconds / 3600
-    shares = unit_shares(cluster, healthy, now)
-    parents = {row.unit.pk: row.unit.parent_id for row in shares}
-    usage = roll_up(project_usage(cluster, now=now), parents)
+    Entitlement, usage and ratio are the scheduler's own (`scheduler.core.fairshare.UnitTree` over the
+    cluster's schedulable GPUs, `Cluster.schedulable_gpus`), with running jobs counted up to `now`: the
+    ratio a page shows is the one the queue is ordered by.
+    """
+    from scheduler.usage import project_usage
+
+    gpus = cluster.schedulable_gpus() if schedulable_gpus is None else schedulable_gpus
+    window = cluster.window_seconds
+    rows = walk_units()
+    percents = current_shares(cluster, now)
+    units = core_units(rows, percents, project_usage(cluster, now=now))
+    fair = fairshare.UnitTree(units, set(), healthy_gpus=gpus, window=window)
+    fair.add_window_usage(units, (), now=now.timestamp(), window=window)
+    parents = {unit.pk: unit.parent_id for unit, _ in rows}
     pending: dict[int, list[int]] = defaultdict(lambda: [0, 0])
     for project_id, (allocated, unallocated) in pending_gpus_by_project(cluster).items():
         node = project_id
@@ -235,31 +259,32 @@ def budget_tree(cluster, *, now: datetime, healthy_gpus: int | None = None) -> l
             pending[node][1] += unallocated
             node = parents.get(node)
     children_percent: dict[int, Decimal] = defaultdict(Decimal)
-    for row in shares:
-        if row.unit.parent_id is not None and row.percent_of_parent is not None:
-            children_percent[row.unit.parent_id] += row.percent_of_parent
+    for unit, _ in rows:
+        if unit.parent_id is not None and unit.pk in percents:
+            children_percent[unit.parent_id] += percents[unit.pk]
     open_requests = dict(
         BudgetRequest.objects.open().filter(cluster=cluster).values("unit_id").annotate(n=Count("id"))
         .values_list("unit_id", "n").order_by()
     )
     people = people_by_unit()
-    rows = []
-    for row in shares:
-        used = usage.get(row.unit.pk)
-        rows.append(UnitBudget(
-            unit=row.unit, depth=row.depth, percent_of_parent=row.percent_of_parent,
-            fraction_of_cluster=row.fraction_of_cluster,
-            gpu_hours_per_week=row.fraction_of_cluster * healthy * HOURS_PER_WEEK,
-            entitled_gpu_hours=row.fraction_of_cluster * healthy * window_hours,
-            usage_gpu_hours=used.allocated / 3600 if used else 0.0,
-            unallocated_gpu_hours=used.unallocated / 3600 if used else 0.0,
-            pending_gpus=pending[row.unit.pk][0] if row.unit.pk in pending else 0,
-            pending_unallocated_gpus=pending[row.unit.pk][1] if row.unit.pk in pending else 0,
-            children_percent=children_percent.get(row.unit.pk, Decimal(0)),
-            open_requests=open_requests.get(row.unit.pk, 0),
-            people=people.get(row.unit.pk, {}),
+    budgets = []
+    for unit, depth in rows:
+        node = fair.nodes[unit.name]
+        budgets.append(UnitBudget(
+            unit=unit, depth=depth, percent_of_parent=percents.get(unit.pk),
+            fraction_of_cluster=node.share_of_cluster,
+            gpu_hours_per_week=node.share_of_cluster * gpus * HOURS_PER_WEEK,
+            entitled_gpu_hours=node.entitled / 3600,
+            usage_gpu_hours=node.usage / 3600,
+            unallocated_gpu_hours=node.unallocated_usage / 3600,
+            ratio=node.ratio if node.entitled > 0 else None,
+            pending_gpus=pending[unit.pk][0] if unit.pk in pending else 0,
+            pending_unallocated_gpus=pending[unit.pk][1] if unit.pk in pending else 0,
+            children_percent=children_percent.get(unit.pk, Decimal(0)),
+            open_requests=open_requests.get(unit.pk, 0),
+            people=people.get(unit.pk, {}),
         ))
-    return rows
+    return budgets
 
 
 def top_level_percent(cluster, *, at: datetime) -> Decimal:
@@ -284,12 +309,12 @@ def subtree_ids(unit: Unit) -> set[int]:
     return found
 
 
-def usage_vs_entitlement(unit: Unit, cluster, *, now: datetime, healthy_gpus: int) -> dict:
+def usage_vs_entitlement(unit: Unit, cluster, *, now: datetime, schedulable_gpus: int) -> dict:
     """The unit page's plot: GPUs used per bucket over the window (allocated, unallocated) and GPUs entitled.
 
     Entitlement is the unit's fraction of the cluster (its share times every
-    ancestor's, as it stood at each moment) times today's healthy GPUs; it runs
-    on into scheduled changes of the next weeks.
+    ancestor's, as it stood at each moment) times today's schedulable GPUs; it
+    runs on into scheduled changes of the next weeks.
     """
     from scheduler.usage import usage_series
 
@@ -330,7 +355,7 @@ def usage_vs_entitlement(unit: Unit, cluster, *, now: datetime, healthy_gpus: in
             if found is None:
                 return 0.0
             fraction *= float(found.share) / 100
-        return fraction * healthy_gpus
+        return fraction * schedulable_gpus
 
     steps = [entitled_at(moment) for moment in moments]
     return {
@@ -344,9 +369,9 @@ def usage_vs_entitlement(unit: Unit, cluster, *, now: datetime, healthy_gpus: in
     }
 
 
-def entitled_gpu_seconds(cluster, *, start: datetime, end: datetime, healthy_gpus: int) -> dict[int, float]:
+def entitled_gpu_seconds(cluster, *, start: datetime, end: datetime, schedulable_gpus: int) -> dict[int, float]:
     """Unit id → GPU-seconds it was entitled to over [start, end): its fraction of the cluster (its share times
-    every ancestor's, as each stood at every moment, as on the unit page's plot) times `healthy_gpus`. Two
+    every ancestor's, as each stood at every moment, as on the unit page's plot) times `schedulable_gpus`. Two
     queries."""
     rows = list(
         Allocation.objects.filter(cluster=cluster, valid_from__lt=end)
@@ -365,7 +390,7 @@ def entitled_gpu_seconds(cluster, *, start: datetime, end: datetime, healthy_gpu
         for unit, _ in units:
             found = share_at(timelines.get(unit.pk, []), begin)
             fractions[unit.pk] = fractions.get(unit.parent_id, 0.0) * float(found.share) / 100 if found else 0.0
-            entitled[unit.pk] += fractions[unit.pk] * healthy_gpus * seconds
+            entitled[unit.pk] += fractions[unit.pk] * schedulable_gpus * seconds
     return dict(entitled)
 
 

@@ -55,10 +55,10 @@ def budget_overview(request):
     now = timezone.now()
     context = {"cluster": cluster, "clusters": Cluster.objects.all(), "rows": [], "now": now}
     if cluster is not None:
-        healthy = cluster.gpu_counts()["healthy"]
+        gpus = cluster.schedulable_gpus()
         context.update(
-            rows=selectors.budget_tree(cluster, now=now, healthy_gpus=healthy),
-            healthy_gpus=healthy,
+            rows=selectors.budget_tree(cluster, now=now, schedulable_gpus=gpus),
+            schedulable_gpus=gpus,
             window_days=cluster.window_seconds / 86400,
             top_level_percent=selectors.top_level_percent(cluster, at=now),
             can_edit_top=can_edit_shares(request.user, None),
@@ -79,8 +79,8 @@ def unit_detail(request, name):
     if cluster is None:
         raise Http404("no cluster yet")
     now = timezone.now()
-    healthy = cluster.gpu_counts()["healthy"]
-    tree = selectors.budget_tree(cluster, now=now, healthy_gpus=healthy)
+    gpus = cluster.schedulable_gpus()
+    tree = selectors.budget_tree(cluster, now=now, schedulable_gpus=gpus)
     by_id = {row.unit.pk: row for row in tree}
     children = [row for row in tree if row.unit.parent_id == unit.pk]
     # Its requests and its children's: a manager looking at a program sees what its projects ask for.
@@ -90,7 +90,7 @@ def unit_detail(request, name):
     schedule = selectors.scheduled_periods(unit, cluster, now=now)
     history = selectors.unit_history(unit, cluster)
     return render(request, "budgets/unit_detail.html", {
-        "unit": unit, "cluster": cluster, "clusters": Cluster.objects.all(), "now": now, "healthy_gpus": healthy,
+        "unit": unit, "cluster": cluster, "clusters": Cluster.objects.all(), "now": now, "schedulable_gpus": gpus,
         # Requests named in the schedule and history link to their page only for those who may open it.
         "visible_request_ids": selectors.visible_request_ids(request.user, [
             *(period.budget_request.pk for period in schedule if getattr(period, "budget_request", None)),
@@ -100,7 +100,7 @@ def unit_detail(request, name):
         "parent_row": by_id.get(unit.parent_id),
         "children": children,
         "path": unit.path(),
-        "plot": selectors.usage_vs_entitlement(unit, cluster, now=now, healthy_gpus=healthy),
+        "plot": selectors.usage_vs_entitlement(unit, cluster, now=now, schedulable_gpus=gpus),
         "schedule": schedule,
         "requests": list(visible[:50]),
         "open_requests": by_id[unit.pk].open_requests,
@@ -176,8 +176,8 @@ def _decision_context(request, budget_request: BudgetRequest, *, forms=None) -> 
     """The numbers a manager needs next to the decision buttons."""
     unit, cluster = budget_request.unit, budget_request.cluster
     now = timezone.now()
-    healthy = cluster.gpu_counts()["healthy"]
-    tree = selectors.budget_tree(cluster, now=now, healthy_gpus=healthy)
+    gpus = cluster.schedulable_gpus()
+    tree = selectors.budget_tree(cluster, now=now, schedulable_gpus=gpus)
     by_id = {row.unit.pk: row for row in tree}
     siblings = [row for row in tree if row.unit.parent_id == unit.parent_id and row.unit.pk != unit.pk]
     start = budget_request.effective_start(now)
@@ -213,12 +213,12 @@ def _decision_context(request, budget_request: BudgetRequest, *, forms=None) -> 
     ]
     escalations = list(budget_request.escalations.select_related("unit", "decided_by"))
     return {
-        "budget_request": budget_request, "unit": unit, "cluster": cluster, "now": now, "healthy_gpus": healthy,
+        "budget_request": budget_request, "unit": unit, "cluster": cluster, "now": now, "schedulable_gpus": gpus,
         "row": by_id[unit.pk], "parent_row": parent_row, "siblings": sibling_rows,
         "start": start, "room": room, "no_room": no_room, "grant": grant,
         "same_gpu_hours": same_gpu_hours, "parent_changed": parent_changed,
-        "asked_gpu_hours_per_week": budget_request.requested_fraction() * healthy * selectors.HOURS_PER_WEEK,
-        "grant_gpu_hours_per_week": float(grant) / 100 * parent_fraction * healthy * selectors.HOURS_PER_WEEK,
+        "asked_gpu_hours_per_week": budget_request.requested_fraction() * gpus * selectors.HOURS_PER_WEEK,
+        "grant_gpu_hours_per_week": float(grant) / 100 * parent_fraction * gpus * selectors.HOURS_PER_WEEK,
         "may_decide": may_decide,
         "may_cancel": budget_request.is_open and budget_request.requested_by_id == request.user.pk,
         "may_escalate": may_decide and unit.parent_id is not None and no_room,
@@ -395,8 +395,7 @@ def shares_edit(request, name=None):
         )
     now = timezone.now()
     children = list(Unit.objects.filter(parent=parent).order_by("name"))
-    healthy = cluster.gpu_counts()["healthy"]
-    tree = {row.unit.pk: row for row in selectors.budget_tree(cluster, now=now, healthy_gpus=healthy)}
+    tree = {row.unit.pk: row for row in selectors.budget_tree(cluster, now=now)}
     if request.method == "POST":
         form = SharesForm(request.POST, children=children)
         if form.is_valid():

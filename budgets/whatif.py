@@ -67,8 +67,9 @@ from budgets.choices import WHAT_IF_ACTIVE, WhatIfStatus
 from budgets.models import Allocation, BudgetRequest, WhatIf
 from budgets.services import percent
 from scheduler.choices import FINAL_STATES, JobState
-from scheduler.core import PREEMPTING, UP, schedule
+from scheduler.core import PREEMPTING, schedule
 from scheduler.core import Unit as CoreUnit
+from scheduler.core import model as core_model
 from scheduler.models import GpuAssignment, Job
 from scheduler.sim import Cluster as SimCluster
 from scheduler.sim import InitialRun, InitialState, SimJob, UsageInterval, simulate
@@ -254,7 +255,7 @@ def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime
     policy = replace(live_policy, tick=max(live_policy.tick, DECISION_SECONDS))
     total_gpus = len(tick_input.gpu_pks)
     cluster = SimCluster(cluster_row.name, snapshot.topology, policy, total_gpus)
-    healthy_gpus = sum(len(host.gpus) for host in snapshot.topology.hosts if host.state == UP)
+    schedulable_gpus = core_model.schedulable_gpus(snapshot.topology.hosts)
     notes: list[str] = []
 
     # Shares: now, and with the request's unit at the share tried. Usage comes from the history below.
@@ -298,7 +299,7 @@ def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime
 
     # In words, for the page.
     notes.append(f"Starts from the cluster at {timezone.localtime(now):%Y-%m-%d %H:%M %Z}: {len(initial_runs)} "
-                 f"running and {len(pending)} pending jobs, {healthy_gpus} healthy GPUs, and the "
+                 f"running and {len(pending)} pending jobs, {schedulable_gpus} schedulable GPUs, and the "
                  f"fair-share usage of the last {policy.window / DAY:g} days.")
     if skipped_running:
         notes.append(f"{skipped_running} running job(s) on GPUs now out of service are left out.")
@@ -320,9 +321,9 @@ def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime
     notes.append(f"The scheduler is simulated deciding every {policy.tick:g} s (live: every {live_policy.tick:g} s), "
                  "which batches the same decisions; a wait may come out up to that much longer. Preempting jobs "
                  "leave at the end of their grace period and are not requeued. Usage ratio: the "
-                 "allocated GPU-hours a unit's projects use over the 7 days ÷ its share of the cluster's healthy "
-                 "GPU-hours then; p90 wait: of its allocated jobs pending now or arriving, submit to first start "
-                 "(so far, for those that never start).")
+                 "allocated GPU-hours a unit's projects use over the 7 days ÷ its share of the cluster's "
+                 "schedulable GPU-hours then; p90 wait: of its allocated jobs pending now or arriving, submit to "
+                 "first start (so far, for those that never start).")
     assumptions = {
         "horizon_seconds": HORIZON,
         "horizon_days": HORIZON / DAY,
@@ -330,7 +331,7 @@ def build_inputs(budget_request: BudgetRequest, *, share: Decimal, now: datetime
         "policy": POLICY,
         "decision_seconds": policy.tick,
         "cluster": cluster_row.name,
-        "healthy_gpus": healthy_gpus,
+        "schedulable_gpus": schedulable_gpus,
         "total_gpus": total_gpus,
         "running_jobs": len(initial_runs),
         "running_jobs_left_out": skipped_running,

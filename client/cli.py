@@ -353,6 +353,8 @@ def drain_line(progress) -> str:
     if not progress["jobs_left"]:
         return "; no jobs left: drained at the next tick"
     jobs = f"{progress['jobs_left']} job{'s' if progress['jobs_left'] != 1 else ''} left"
+    if not progress["last_leaves_at"]:  # the scheduler has yet to decide (its next tick)
+        return f"; {jobs} ({progress['why']})"
     return f"; {jobs}, the last leaves by {clock(progress['last_leaves_at'])} ({progress['why']})"
 
 

@@ -3,7 +3,9 @@
 import logging
 
 from django.db import DatabaseError, close_old_connections
+from django.utils import timezone
 
+from budgets.services import allocations_expire
 from config.logs import log_context, new_tick_id
 from scheduler.leader import Leadership, holder_name
 from scheduler.tick import TickResult, run_tick
@@ -44,10 +46,4 @@ def tick_all(leadership: Leadership, *, clusters=None) -> list[TickResult]:
 
 def run_housekeeping() -> None:
     """Periodic bookkeeping that rides on the tick: budget grants that reached their end."""
-    try:
-        from budgets.services import allocations_expire
-    except ImportError:  # budgets without time-limited grants
-        return
-    from django.utils import timezone
-
     allocations_expire(now=timezone.now())

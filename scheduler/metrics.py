@@ -102,7 +102,7 @@ class AllotCollector:
     @staticmethod
     def _units(clusters):
         """Per unit (projects and every unit above them): GPUs held now, allocated and unallocated, and the GPUs
-        its share entitles it to (share of the cluster × healthy GPUs)."""
+        its share entitles it to (share of the cluster × schedulable GPUs, `Cluster.schedulable_gpus`)."""
         from budgets.models import Unit
         from budgets.selectors import unit_shares
 
@@ -111,7 +111,8 @@ class AllotCollector:
         in_use = GaugeMetricFamily("allot_unit_gpus_in_use", "GPUs held by the unit's jobs now, subtree included "
                                    "(fractions in milli-GPU precision).", labels=["cluster", "unit", "allocation"])
         entitled = GaugeMetricFamily("allot_unit_entitled_gpus", "GPUs the unit's share entitles it to: its "
-                                     "fraction of the cluster × healthy GPUs.", labels=["cluster", "unit"])
+                                     "fraction of the cluster × its schedulable GPUs (healthy, on hosts that take "
+                                     "jobs).", labels=["cluster", "unit"])
         held = defaultdict(lambda: [0, 0])  # (cluster id, unit id) -> [allocated milli, unallocated milli]
         for cluster_id, project_id, allocated, milli in (
             GpuAssignment.objects.filter(released_at__isnull=True)
@@ -124,13 +125,13 @@ class AllotCollector:
                 held[(cluster_id, unit)][0 if allocated else 1] += milli
                 unit = parents.get(unit)
         for cluster in clusters.values():
-            healthy = cluster.gpu_counts()["healthy"]
-            for row in unit_shares(cluster, healthy):
+            gpus = cluster.schedulable_gpus()
+            for row in unit_shares(cluster, gpus):
                 allocated, unallocated = held.get((cluster.pk, row.unit.pk), (0, 0))
                 in_use.add_metric([cluster.name, names[row.unit.pk], "allocated"], allocated / 1000)
                 in_use.add_metric([cluster.name, names[row.unit.pk], "unallocated"], unallocated / 1000)
                 entitled.add_metric([cluster.name, names[row.unit.pk]],
-                                    round(row.fraction_of_cluster * healthy, 3))
+                                    round(row.fraction_of_cluster * gpus, 3))
         yield in_use
         yield entitled
 

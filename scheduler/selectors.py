@@ -2,7 +2,7 @@
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -12,9 +12,11 @@ from django.utils import timezone
 from budgets.models import Unit
 from scheduler.choices import LIVE_STATES
 from scheduler.core import model as core
-from scheduler.core import reasons as core_reasons
+from scheduler.core.drains import if_drained
 from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
+from scheduler.core.reasons import format_percent
 from scheduler.models import ClusterSample, GpuAssignment, Job, Tick
+from scheduler.snapshot import moment, running_on_host
 from scheduler.usage import Usage, usage_series
 from topology.choices import GpuHealth
 
@@ -108,12 +110,6 @@ def unit_paths() -> dict[int, list[Unit]]:
     for pk in units:
         path(pk)
     return paths
-
-
-def format_percent(ratio: float) -> str:
-    """A ratio as a percent with the digits that tell small ones apart: 0.04 %, 3.5 %, 42 % (the core's rule,
-    so pages and reasons write the same number)."""
-    return core_reasons.format_percent(ratio)
 
 
 def explain_order(before: dict | None, row: dict) -> str:
@@ -300,11 +296,11 @@ def sample_series(cluster, *, now, seconds: int, points: int = MAX_POINTS) -> di
     return series
 
 
-def project_consumption(cluster, *, now, healthy_gpus: int | None = None) -> list[dict]:
+def project_consumption(cluster, *, now, schedulable_gpus: int | None = None) -> list[dict]:
     """Each project over the window: GPU-hours used (charged, and free) against GPU-hours entitled; tree order."""
     from budgets.selectors import budget_tree
 
-    rows = budget_tree(cluster, now=now, healthy_gpus=healthy_gpus)
+    rows = budget_tree(cluster, now=now, schedulable_gpus=schedulable_gpus)
     parents = {row.unit.parent_id for row in rows}
     names = {row.unit.pk: row.unit.name for row in rows}
     return [
@@ -342,38 +338,31 @@ def project_usage_series(cluster, *, now, seconds: int, points: int = 120) -> di
 
 # ---------------------------------------------------------------- jobs on hosts, drains
 
+# A job on a draining host the scheduler has not looked at since the drain began.
+UNDECIDED = "the scheduler decides when at its next tick"
+
 
 @dataclass
 class HostJob:
-    """A live job on a host: its contract's protection end, and when it would leave a drain."""
+    """A live job on a host: its contract's protection end and, on a draining host, when it leaves as the
+    scheduler decided it (rule 7; None: not decided yet)."""
 
     job: Job
     gpus_here: int
     protected_until: datetime | None
-    leaves_at: datetime
-    leaves_why: str
+    leaves_at: datetime | None = None
+    leaves_why: str = ""
 
 
-def leave_time(job: Job, cluster, now) -> tuple[datetime, str]:
-    """When a job would leave a draining host (rule 7), as the core decides it, and why then."""
-    if job.stop_cause:
-        return max(now, job.stop_deadline or now), "as it is being stopped (SIGKILL at the latest)"
-    if not job.allocated:
-        return now + timedelta(seconds=cluster.unallocated_grace_seconds), "at once (unallocated)"
-    grace = timedelta(seconds=cluster.grace_period_seconds)
-    protected = job.protected_until or now
-    ends, why = protected, "at its minimum runtime"
-    if job.max_runtime is not None and job.run_started_at is not None:
-        limit = job.run_started_at + timedelta(seconds=job.max_runtime)
-        if limit < ends:
-            ends, why = limit, "at its maximum runtime"
-    if ends <= now:
-        return now + grace, "at once (past its minimum runtime)"
-    return ends + grace, why
+def _last_first(rows: list[HostJob]) -> None:
+    # Those not decided yet first, then the last to leave.
+    rows.sort(key=lambda row: (row.leaves_at is None, row.leaves_at or datetime.min.replace(tzinfo=UTC), row.job.pk),
+              reverse=True)
 
 
-def jobs_on_hosts(hosts, *, now) -> dict[int, list[HostJob]]:
-    """Host id → the live jobs holding its GPUs, the last to leave first; two queries whatever the number."""
+def jobs_on_hosts(hosts) -> dict[int, list[HostJob]]:
+    """Host id → the live jobs holding its GPUs, with when each leaves a drain as the tick stored the core's
+    decision (`Host.drain_leaves`), the last to leave first; two queries whatever the number."""
     hosts = list(hosts)
     counts: dict[tuple[int, int], int] = defaultdict(int)
     for host_id, job_id in GpuAssignment.objects.filter(
@@ -384,22 +373,23 @@ def jobs_on_hosts(hosts, *, now) -> dict[int, list[HostJob]]:
         job.pk: job for job in Job.objects.filter(pk__in={job_id for _, job_id in counts}, state__in=LIVE_STATES)
         .select_related("project", "user")
     }
-    by_host = {host.pk: host for host in hosts}
+    planned = {host.pk: host.planned_leaves() for host in hosts}
     result: dict[int, list[HostJob]] = defaultdict(list)
     for (host_id, job_id), gpus in counts.items():
         job = jobs.get(job_id)
         if job is None:
             continue
-        leaves_at, why = leave_time(job, by_host[host_id].domain.cluster, now)
+        leaves_at, why = planned[host_id].get(job_id, (None, ""))
         result[host_id].append(HostJob(job, gpus, job.protected_until if job.allocated else None, leaves_at, why))
     for rows in result.values():
-        rows.sort(key=lambda row: (row.leaves_at, row.job.pk), reverse=True)
+        _last_first(rows)
     return dict(result)
 
 
 @dataclass
 class DrainProgress:
     jobs_left: int
+    # When the last job leaves and why then (None: the scheduler has yet to decide for some job).
     last_leaves_at: datetime | None = None
     last_why: str = ""
 
@@ -409,11 +399,31 @@ class DrainProgress:
 
 
 def drain_progress(host_jobs: list[HostJob]) -> DrainProgress:
-    """"2 jobs left; the last leaves by 14:05 at its minimum runtime" (the page formats the time)."""
+    """"2 jobs left; the last leaves by 14:05 at its minimum runtime" (the page formats the time), as the
+    scheduler decided it."""
     if not host_jobs:
         return DrainProgress(0)
+    if any(row.leaves_at is None for row in host_jobs):
+        return DrainProgress(len(host_jobs), None, UNDECIDED)
     last = max(host_jobs, key=lambda row: (row.leaves_at, row.job.pk))
     return DrainProgress(len(host_jobs), last.leaves_at, last.leaves_why)
+
+
+def drain_preview(host, host_jobs: list[HostJob], *, now: datetime) -> DrainProgress:
+    """Were `host` drained now: when each of its jobs would leave, set on their rows, and when the last would.
+
+    The core's rule 7 as a what-if (`scheduler.core.drains.if_drained`) on the jobs as the snapshot reads them;
+    once the host drains, the tick's decision replaces it (`jobs_on_hosts`).
+    """
+    policy = host.domain.cluster.scheduling_policy()
+    leaves = {int(left.job_id): left
+              for left in if_drained(running_on_host(host, now=now), now=now.timestamp(), policy=policy)}
+    for row in host_jobs:
+        left = leaves.get(row.job.pk)
+        if left is not None:
+            row.leaves_at, row.leaves_why = moment(left.at), left.why
+    _last_first(host_jobs)
+    return drain_progress(host_jobs)
 
 
 # ---------------------------------------------------------------- history (sacct) and usage reports (sreport)
@@ -475,8 +485,9 @@ def job_history(filters: dict, *, user):
 def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit | None = None) -> list[dict]:
     """GPU-hours per unit (its subtree) and per user in [since, until), allocated (charged) and unallocated
     (free), against the unit's entitlement over the span (its share of the cluster as it stood at each moment,
-    times the cluster's healthy GPUs now): one entry per cluster, units in tree order. The same run intervals
-    as the fair share (`scheduler.usage`) and the same share timelines as the unit page (`budgets.selectors`)."""
+    times the cluster's schedulable GPUs now, `Cluster.schedulable_gpus`): one entry per cluster, units in tree
+    order. The same run intervals as the fair share (`scheduler.usage`) and the same share timelines as the unit
+    page (`budgets.selectors`)."""
     from budgets.selectors import entitled_gpu_seconds, walk_units
     from scheduler.usage import period_usage, roll_up
     from topology.models import Cluster
@@ -490,7 +501,7 @@ def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit |
     usernames = dict(get_user_model().objects.values_list("pk", "username"))
     report = []
     for each in clusters:
-        healthy = each.gpu_counts()["healthy"]
+        gpus = each.schedulable_gpus()
         by_project_user = period_usage(each, start=since, end=until)
         by_unit_user: dict[tuple[int, int], Usage] = defaultdict(Usage)
         for (project_id, user_id), used in by_project_user.items():
@@ -504,7 +515,7 @@ def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit |
             projects[project_id].allocated += used.allocated
             projects[project_id].unallocated += used.unallocated
         totals = roll_up(dict(projects), parents)
-        entitled = entitled_gpu_seconds(each, start=since, end=until, healthy_gpus=healthy)
+        entitled = entitled_gpu_seconds(each, start=since, end=until, schedulable_gpus=gpus)
         rows = []
         for row, depth in tree:
             if row.pk not in wanted:
@@ -525,5 +536,5 @@ def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit |
                            "allocated_gpu_hours": round(spent.allocated / 3600, 3),
                            "unallocated_gpu_hours": round(spent.unallocated / 3600, 3)} for user_id, spent in users],
             })
-        report.append({"cluster": each.name, "healthy_gpus": healthy, "units": rows})
+        report.append({"cluster": each.name, "schedulable_gpus": gpus, "units": rows})
     return report

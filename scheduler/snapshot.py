@@ -44,6 +44,57 @@ class TickInput:
     earmarks: dict[int, tuple[str, ...]]  # pending job pk → its claim on GPUs as stored (rule 4)
 
 
+JOB_FIELDS = [
+    "pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type", "topology",
+    "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "submitted_at", "mig_profile",
+    "preemptions", "restart_overhead",
+]
+
+
+def _running_jobs(jobs, assignments, gpu_names: dict[int, str], *, now: datetime) -> list[core.RunningJob]:
+    """The live ones of `jobs` holding some of `assignments`' GPUs, as the core sees them; two queries."""
+    held: dict[int, list[str]] = defaultdict(list)
+    instances: dict[int, tuple[str, int]] = {}  # job pk -> the MIG instance it holds
+    for job_id, gpu_pk, profile, start in (
+        assignments.filter(released_at__isnull=True)
+        .order_by("job_id", "gpu_id").values_list("job_id", "gpu_id", "mig_instance__profile", "mig_instance__start")
+    ):
+        held[job_id].append(gpu_names[gpu_pk])
+        if profile:
+            instances[job_id] = (profile, start)
+    running = []
+    for row in jobs.filter(state__in=LIVE_STATES).values(
+        *JOB_FIELDS, "run_started_at", "last_checkpoint_at", "stop_cause", "stop_deadline", "preempted_for_id"
+    ).order_by("pk"):
+        if not held.get(row["pk"]):
+            continue  # nothing held: the writer will end it (see tick.reconcile)
+        running.append(core.RunningJob(
+            id=str(row["pk"]), project=row["project__name"], gpu_ids=tuple(held[row["pk"]]),
+            start_time=seconds(row["run_started_at"] or now), min_runtime=row["min_runtime"],
+            resumable=row["resumable"], submit_time=seconds(row["submitted_at"]), seq=row["pk"],
+            user=row["user__username"], gpu_milli=row["gpu_milli"], topology=row["topology"],
+            max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
+            memory_gib=row["memory_gib"], last_checkpoint=seconds(row["last_checkpoint_at"]),
+            state=core.PREEMPTING if row["stop_cause"] else core.RUNNING,
+            preempted_for=str(row["preempted_for_id"]) if row["preempted_for_id"] else None,
+            grace_ends=seconds(row["stop_deadline"]),
+            mig_profile=instances[row["pk"]][0] if row["pk"] in instances else "",
+            mig_start=instances[row["pk"]][1] if row["pk"] in instances else None,
+            # A job being preempted already counts this preemption; its protection no longer matters.
+            preemptions=row["preemptions"] - (1 if row["stop_cause"] and row["preemptions"] else 0),
+            restart_overhead=row["restart_overhead"],
+        ))
+    return running
+
+
+def running_on_host(host, *, now: datetime) -> list[core.RunningJob]:
+    """The live jobs holding GPUs of one host, as the core sees them (the host page's what-if of a drain);
+    three queries."""
+    gpu_names = {pk: f"{host.name}:{index}" for pk, index in Gpu.objects.filter(host=host).values_list("pk", "index")}
+    here = GpuAssignment.objects.filter(gpu__host=host, released_at__isnull=True)
+    return _running_jobs(Job.objects.filter(pk__in=here.values("job_id")), here, gpu_names, now=now)
+
+
 def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
     now = now or timezone.now()
     domains = list(Domain.objects.filter(cluster=cluster).select_related("block").order_by("name"))
@@ -104,48 +155,13 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
         for pk, name, parent_id in sorted(units, key=lambda row: row[1])
     )
 
-    held: dict[int, list[str]] = defaultdict(list)
-    instances: dict[int, tuple[str, int]] = {}  # job pk -> the MIG instance it holds
-    for job_id, gpu_pk, profile, start in (
-        GpuAssignment.objects.filter(released_at__isnull=True, job__cluster=cluster)
-        .order_by("job_id", "gpu_id").values_list("job_id", "gpu_id", "mig_instance__profile", "mig_instance__start")
-    ):
-        held[job_id].append(gpu_names[gpu_pk])
-        if profile:
-            instances[job_id] = (profile, start)
-
-    job_fields = [
-        "pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type", "topology",
-        "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "submitted_at", "mig_profile",
-        "preemptions", "restart_overhead",
-    ]
-    running = []
-    for row in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).values(
-        *job_fields, "run_started_at", "last_checkpoint_at", "stop_cause", "stop_deadline", "preempted_for_id"
-    ).order_by("pk"):
-        if not held.get(row["pk"]):
-            continue  # nothing held: the writer will end it (see tick.reconcile)
-        running.append(core.RunningJob(
-            id=str(row["pk"]), project=row["project__name"], gpu_ids=tuple(held[row["pk"]]),
-            start_time=seconds(row["run_started_at"] or now), min_runtime=row["min_runtime"],
-            resumable=row["resumable"], submit_time=seconds(row["submitted_at"]), seq=row["pk"],
-            user=row["user__username"], gpu_milli=row["gpu_milli"], topology=row["topology"],
-            max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
-            memory_gib=row["memory_gib"], last_checkpoint=seconds(row["last_checkpoint_at"]),
-            state=core.PREEMPTING if row["stop_cause"] else core.RUNNING,
-            preempted_for=str(row["preempted_for_id"]) if row["preempted_for_id"] else None,
-            grace_ends=seconds(row["stop_deadline"]),
-            mig_profile=instances[row["pk"]][0] if row["pk"] in instances else "",
-            mig_start=instances[row["pk"]][1] if row["pk"] in instances else None,
-            # A job being preempted already counts this preemption; its protection no longer matters.
-            preemptions=row["preemptions"] - (1 if row["stop_cause"] and row["preemptions"] else 0),
-            restart_overhead=row["restart_overhead"],
-        ))
+    running = _running_jobs(Job.objects.filter(cluster=cluster), GpuAssignment.objects.filter(job__cluster=cluster),
+                            gpu_names, now=now)
     pending = []
     pending_fields = {}
     earmarks = {}
     for row in Job.objects.filter(cluster=cluster, state=JobState.PENDING).values(
-        *job_fields, "queue_position", "pending_reason", "estimated_start", "earmarked_gpus", "requeued_at"
+        *JOB_FIELDS, "queue_position", "pending_reason", "estimated_start", "earmarked_gpus", "requeued_at"
     ).order_by("pk"):
         pending_fields[row["pk"]] = (row["queue_position"], row["pending_reason"], row["estimated_start"])
         claim = tuple(gpu for gpu in row["earmarked_gpus"] or () if isinstance(gpu, str))

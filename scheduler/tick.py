@@ -101,9 +101,13 @@ def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Dec
             result.skipped.append(f"start {start.job_id}")
     for change in decisions.host_changes:
         host = Host.objects.select_for_update().get(name=change.host)
-        if host.state == HostState.DRAINING and change.state == HostState.DRAINED:
+        if host.state != HostState.DRAINING:
+            continue  # resumed (or down) since the snapshot: the decision was for a drain that is over
+        if change.state == HostState.DRAINED:
             # The on-call's (or the health policy's) reason, who and when stay on the host until resume.
             host.set_state(change.state, actor=SCHEDULER, reason=change.reason, at=now, keep_reason=True)
+        else:
+            _write_drain_leaves(host, change)
     _write_earmarks(tick_input, decisions, now)
     _write_queue_fields(tick_input, decisions)
     result.pending = len(decisions.pending)
@@ -212,6 +216,14 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
     log.info("job %s preempted: %s", job_pk, preemption.cause, extra={"job": job_pk})
     job_preempted(job_pk, reason=preemption.reason, requeue=preemption.requeue, at=now)
     return True
+
+
+def _write_drain_leaves(host: Host, change: core.HostChange) -> None:
+    """Keep when each job leaves a draining host as the core decided it (rule 7), for the host page, the API
+    and the CLI; only when it changed."""
+    leaves = [{"job": int(left.job_id), "at": moment(left.at).isoformat(), "why": left.why} for left in change.leaves]
+    if host.drain_leaves != leaves:
+        Host.objects.filter(pk=host.pk).update(drain_leaves=leaves)
 
 
 def _write_earmarks(tick_input: TickInput, decisions: core.Decisions, now: datetime) -> None:

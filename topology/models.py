@@ -1,5 +1,6 @@
 import hashlib
 import secrets
+from datetime import datetime
 
 from django.db import models, transaction
 from django.db.models import Count, Q, Sum
@@ -11,11 +12,14 @@ from topology.choices import AgentMode, Containment, DomainKind, Executor, GpuHe
 from topology.health import HealthPolicy, default_health_policy, parse_health_policy
 from topology.spec import SUBMIT_ALL, parse_submit_policy
 
-SCHEDULABLE_STATES = (HostState.UP,)
+# Hosts that take new jobs, as the scheduler's core defines them: their healthy GPUs are the cluster's capacity
+# and what every share is a share of (`Cluster.schedulable_gpus`).
+SCHEDULABLE_STATES = tuple(sorted(core.SCHEDULABLE_STATES))
 # Hosts of an `agent` cluster wait in this state until their agent first reports.
 AWAITING_AGENT_REASON = "waiting for its agent to register"
-# Hosts whose GPUs count as healthy capacity: up, or still running work while draining.
-HEALTHY_STATES = (HostState.UP, HostState.DRAINING)
+# Hosts in service: up, or still running work while draining. Their healthy GPUs are the ones available (the
+# inventory pages' "68 of 72 GPUs healthy"), never what entitlements are computed from.
+IN_SERVICE_STATES = (HostState.UP, HostState.DRAINING)
 
 
 def submit_by_all() -> str:
@@ -110,20 +114,26 @@ class Cluster(models.Model):
         return HealthPolicy.of(self.health_policy)
 
     def gpu_counts(self) -> dict:
-        """Total and healthy GPUs (on hosts that can take work), in two queries."""
+        """Total GPUs, and healthy ones on hosts in service (up or draining: available), in two queries."""
         gpus = Gpu.objects.filter(host__domain__cluster=self)
         total = gpus.count()
-        healthy = gpus.filter(health=GpuHealth.OK, host__state__in=HEALTHY_STATES).count()
+        healthy = gpus.filter(health=GpuHealth.OK, host__state__in=IN_SERVICE_STATES).count()
         return {"total": total, "healthy": healthy}
 
+    def schedulable_gpus(self) -> int:
+        """Healthy GPUs on hosts that take new jobs (`core.schedulable_gpus`, DESIGN §3 rule 2): what every
+        share of the cluster is a share of, on the budget pages as in the scheduler. One query."""
+        return Gpu.objects.filter(host__domain__cluster=self, health=GpuHealth.OK,
+                                  host__state__in=SCHEDULABLE_STATES).count()
+
     def largest_healthy_domain(self) -> int:
-        """GPUs in the largest domain counting only healthy GPUs on schedulable hosts."""
+        """GPUs in the largest domain counting only healthy GPUs on hosts in service."""
         best = (
             Domain.objects.filter(cluster=self)
             .annotate(
                 healthy=Count(
                     "hosts__gpus",
-                    filter=Q(hosts__gpus__health=GpuHealth.OK, hosts__state__in=HEALTHY_STATES),
+                    filter=Q(hosts__gpus__health=GpuHealth.OK, hosts__state__in=IN_SERVICE_STATES),
                 )
             )
             .order_by("-healthy")
@@ -207,6 +217,11 @@ class Host(models.Model):
                                              "(process groups only).")
     containment_note = models.CharField(max_length=300, blank=True,
                                         help_text="What the agent's containment cannot do on this host.")
+    # Rule 7 as the scheduler's core last decided it for this drain (HostChange.leaves), kept by the tick.
+    drain_leaves = models.JSONField(
+        default=list, blank=True,
+        help_text="While draining: when each job is expected to leave and why, as the scheduler last decided "
+                  "([{job, at, why}], the last first); empty until its first tick of the drain.")
 
     class Meta:
         ordering = ["domain__name", "position"]
@@ -225,6 +240,11 @@ class Host(models.Model):
     def schedulable(self) -> bool:
         return self.state in SCHEDULABLE_STATES
 
+    def planned_leaves(self) -> dict[int, tuple[datetime, str]]:
+        """While draining: job id → when it is expected to leave and why then, as the scheduler last decided
+        (rule 7). A job on the host but not here is not decided yet: the next tick decides it."""
+        return {entry["job"]: (datetime.fromisoformat(entry["at"]), entry["why"]) for entry in self.drain_leaves or ()}
+
     def set_state(self, state: str, *, actor: str, reason: str, at=None, keep_reason: bool = False) -> "HostEvent":
         """Change state, keeping who, why and when on the host and in its history.
 
@@ -234,13 +254,15 @@ class Host(models.Model):
         at = at or timezone.now()
         before = self.state
         self.state = state
+        # What the scheduler decided for a drain holds for that drain only; the next tick decides anew.
+        self.drain_leaves = []
         if keep_reason:
-            self.save(update_fields=["state"])
+            self.save(update_fields=["state", "drain_leaves"])
         else:
             self.state_reason = reason
             self.state_actor = actor
             self.state_changed_at = at
-            self.save(update_fields=["state", "state_reason", "state_actor", "state_changed_at"])
+            self.save(update_fields=["state", "state_reason", "state_actor", "state_changed_at", "drain_leaves"])
         return HostEvent.objects.create(
             host=self, at=at, kind=HostEvent.Kind.STATE, actor=actor,
             detail=f"{before} → {state}: {reason}",

@@ -10,7 +10,7 @@ from django.utils import timezone
 from topology.choices import GpuHealth, HostState
 from topology.models import (
     AWAITING_AGENT_REASON,
-    HEALTHY_STATES,
+    IN_SERVICE_STATES,
     SCHEDULABLE_STATES,
     Cluster,
     Domain,
@@ -67,7 +67,7 @@ class HostView:
 
     @property
     def healthy_gpus(self) -> int:
-        if self.host.state not in HEALTHY_STATES:
+        if self.host.state not in IN_SERVICE_STATES:
             return 0
         return sum(1 for gpu in self.gpus if gpu.health == GpuHealth.OK)
 
@@ -100,7 +100,7 @@ class DomainView:
 
     @property
     def unhealthy_hosts(self) -> list[Host]:
-        return [h.host for h in self.hosts if h.host.state not in HEALTHY_STATES]
+        return [h.host for h in self.hosts if h.host.state not in IN_SERVICE_STATES]
 
 
 def _live_holders(gpu_ids) -> dict[int, list]:
@@ -264,7 +264,7 @@ def needs_repair_count() -> int:
     return Host.objects.filter(state__in=NEEDS_REPAIR).exclude(state_reason=AWAITING_AGENT_REASON).count()
 
 
-def hosts_out_of_service(*, now, cluster: Cluster | None = None) -> dict:
+def hosts_out_of_service(*, cluster: Cluster | None = None) -> dict:
     """Every host not up, grouped for on-call: draining (with progress), needs repair, cordoned, awaiting agent.
 
     A fixed number of queries: the hosts (with their latest health event), and the jobs on draining ones.
@@ -280,7 +280,7 @@ def hosts_out_of_service(*, now, cluster: Cluster | None = None) -> dict:
         hosts = hosts.filter(domain__cluster=cluster)
     hosts = list(hosts)
     draining = [host for host in hosts if host.state == HostState.DRAINING]
-    jobs = jobs_on_hosts(draining, now=now)
+    jobs = jobs_on_hosts(draining)
     for host in draining:
         host.jobs_here = jobs.get(host.pk, [])
         host.progress = drain_progress(host.jobs_here)

@@ -79,7 +79,6 @@ def cluster_dashboard_data(request, name):
     now = timezone.now()
     seconds = range_seconds(cluster, _range(request))
     views = domain_views(cluster)
-    healthy = cluster.gpu_counts()["healthy"]
     every = settings.ALLOT_SAMPLE_SECONDS
     return JsonResponse({
         "now": now.isoformat(),
@@ -93,7 +92,7 @@ def cluster_dashboard_data(request, name):
         "samples": sample_series(cluster, now=now, seconds=seconds),
         "domains": free_by_domain(views),
         "largest_placeable": cluster_measures(cluster, views).fragmentation.largest_placeable,
-        "consumption": project_consumption(cluster, now=now, healthy_gpus=healthy),
+        "consumption": project_consumption(cluster, now=now),
         "window_seconds": cluster.window_seconds,
         "by_project": project_usage_series(cluster, now=now, seconds=seconds),
     })
@@ -157,11 +156,11 @@ def domain_detail(request, name, domain):
 
 
 def host_context(request, host: Host) -> dict:
-    from scheduler.selectors import drain_progress, jobs_on_hosts
+    from scheduler.selectors import drain_preview, drain_progress, jobs_on_hosts
 
     now = timezone.now()
     events = list(host.events.all()[:EVENTS_SHOWN])
-    jobs = jobs_on_hosts([host], now=now).get(host.pk, [])
+    jobs = jobs_on_hosts([host]).get(host.pk, [])
     actions = [
         action for action in ("cordon", "drain", "resume")
         if host.state in TRANSITIONS[action][0] and host.state not in ALREADY[action]
@@ -174,8 +173,10 @@ def host_context(request, host: Host) -> dict:
     policy = host.domain.cluster.health
     return {
         "host": host, "view": host_view(host), "events": events, "jobs": jobs,
+        # When its jobs leave, as the scheduler decided it; before a drain, the core's rule as a what-if.
         "progress": drain_progress(jobs) if host.state == HostState.DRAINING else None,
-        "preview": drain_progress(jobs) if host.state in (HostState.UP, HostState.CORDONED) and jobs else None,
+        "preview": drain_preview(host, jobs, now=now) if host.state in (HostState.UP, HostState.CORDONED) and jobs
+        else None,
         "can_act": is_oncall(request.user), "actions": actions, "now": now,
         "timeline": timeline,
         "xids": [(code, xid_meaning(code), xid_advice(code), policy.for_xid(code)) for code in xids],
@@ -214,6 +215,6 @@ def host_action(request, name, action):
 @login_required
 def repairs(request):
     """Hosts out of service, for on-call: draining (and what blocks them), needing repair, cordoned."""
-    context = {**hosts_out_of_service(now=timezone.now()), "can_act": is_oncall(request.user)}
+    context = {**hosts_out_of_service(), "can_act": is_oncall(request.user)}
     template = "topology/_repairs_body.html" if request.htmx else "topology/repairs.html"
     return render(request, template, context)

@@ -68,14 +68,14 @@ class UnitViewSet(viewsets.ReadOnlyModelViewSet):
             children.setdefault(parent_id, []).append(name)
         shares: dict[int, dict] = {}
         for cluster in Cluster.objects.all():
-            healthy = cluster.gpu_counts()["healthy"]
-            for node in unit_shares(cluster, healthy):
+            gpus = cluster.schedulable_gpus()
+            for node in unit_shares(cluster, gpus):
                 if node.percent_of_parent is None:
                     continue
                 shares.setdefault(node.unit.pk, {})[cluster.name] = {
                     "percent_of_parent": float(node.percent_of_parent),
                     "fraction_of_cluster": round(node.fraction_of_cluster, 6),
-                    "gpu_hours_per_week": round(node.fraction_of_cluster * healthy * HOURS_PER_WEEK, 1),
+                    "gpu_hours_per_week": round(node.fraction_of_cluster * gpus * HOURS_PER_WEEK, 1),
                 }
         context.update(children=children, people=people_by_unit(), shares=shares)
         return context
@@ -95,7 +95,7 @@ class UnitViewSet(viewsets.ReadOnlyModelViewSet):
         parameters=[OpenApiParameter("cluster", str, description="cluster name (optional with one cluster)")],
         responses=inline_serializer("UnitUsage", {
             "cluster": serializers.CharField(), "window_seconds": serializers.IntegerField(),
-            "healthy_gpus": serializers.IntegerField(), "unit": serializers.DictField(),
+            "schedulable_gpus": serializers.IntegerField(), "unit": serializers.DictField(),
             "children": serializers.ListField(child=serializers.DictField()),
         }),
     )
@@ -105,11 +105,12 @@ class UnitViewSet(viewsets.ReadOnlyModelViewSet):
         unit = self.get_object()
         cluster = self._cluster(request.query_params.get("cluster"))
         now = timezone.now()
-        healthy = cluster.gpu_counts()["healthy"]
-        tree = selectors.budget_tree(cluster, now=now, healthy_gpus=healthy)
+        gpus = cluster.schedulable_gpus()
+        tree = selectors.budget_tree(cluster, now=now, schedulable_gpus=gpus)
         by_id = {row.unit.pk: row for row in tree}
         return Response({
-            "cluster": cluster.name, "at": now, "window_seconds": cluster.window_seconds, "healthy_gpus": healthy,
+            "cluster": cluster.name, "at": now, "window_seconds": cluster.window_seconds,
+            "schedulable_gpus": gpus,
             **_budget(by_id[unit.pk]),
             "parent": unit.parent.name if unit.parent else None,
             "children": [_budget(row) for row in tree if row.unit.parent_id == unit.pk],

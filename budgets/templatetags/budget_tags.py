@@ -1,4 +1,4 @@
-"""Numbers as the budget pages write them: shares as percents, ratios, GPU-hours."""
+"""Numbers as the budget pages write them: shares as percents, GPU-hours (usage ratios: `allot`'s `ratio`)."""
 
 from decimal import Decimal
 
@@ -14,17 +14,6 @@ def pct(value) -> str:
         return "—"
     value = Decimal(str(value)).quantize(Decimal("0.01"))
     return f"{value.normalize():f} %" if value == value.to_integral() else f"{value:f} %"
-
-
-@register.filter
-def ratio(value) -> str:
-    """usage / entitlement as a percent, as every page and reason writes it (0.04 %, 3.5 %, 42 %); `—` when
-    entitled to nothing."""
-    from scheduler.core.reasons import format_percent
-
-    if value is None or value == "":
-        return "—"
-    return format_percent(float(value))
 
 
 @register.filter

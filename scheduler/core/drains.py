@@ -8,8 +8,22 @@ drained.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 from .capacity import Capacity
-from .model import DOWN, DRAINED, DRAINING, PREEMPTING, HostChange, Policy, Preemption, RunningJob, protected_until
+from .model import (
+    DOWN,
+    DRAINED,
+    DRAINING,
+    PREEMPTING,
+    HostChange,
+    JobLeave,
+    Policy,
+    Preemption,
+    RunningJob,
+    protected_until,
+)
 from .reasons import format_duration, format_time, plural, requeue_note
 from .reservation import grace_for
 
@@ -60,7 +74,9 @@ def drain_progress(capacity: Capacity, leave_at: dict[str, float], *, now: float
     """A draining host with no job left is drained; the others say when they will be.
 
     For a host still draining the change repeats state `draining` with the
-    progress ("1 job left; leaves in 50m") as its reason.
+    progress ("1 job left; leaves in 50m") as its reason, and when each job
+    leaves (`HostChange.leaves`, the last first): what the host page, the API
+    and the CLI show.
     """
     changes = []
     for host in capacity.hosts.values():
@@ -69,10 +85,54 @@ def drain_progress(capacity: Capacity, leave_at: dict[str, float], *, now: float
         if not host.jobs:
             changes.append(HostChange(host.name, DRAINED, "no jobs left: drained, ready for repair"))
             continue
-        last = max(leave_at.get(job.id, _drain_leave_time(job, now, policy)) for job in host.jobs)
+        leaves = last_first(leave(job, leave_at, now=now, policy=policy) for job in host.jobs)
         changes.append(HostChange(
-            host.name, DRAINING, f"{plural(len(host.jobs), 'job')} left; leaves {format_time(last, now)}"))
+            host.name, DRAINING, f"{plural(len(host.jobs), 'job')} left; leaves {format_time(leaves[0].at, now)}",
+            leaves=leaves))
     return changes
+
+
+def if_drained(jobs: Iterable[RunningJob], *, now: float, policy: Policy) -> tuple[JobLeave, ...]:
+    """Rule 7 as a what-if: when each of a host's jobs would leave were the host drained now, the last first.
+
+    The host page shows it before on-call drains a host; once it drains, the
+    tick's own decision (`drain_progress`) is what the pages show.
+    """
+    jobs = tuple(jobs)
+    leave_at: dict[str, float] = {}
+    for job in jobs:
+        if job.state == PREEMPTING:
+            leave_at[job.id] = now if job.grace_ends is None else max(now, job.grace_ends)
+        elif (not job.allocated or now >= protected_until(job, policy)
+              or job.max_runtime is not None and now >= job.start_time + job.max_runtime):
+            leave_at[job.id] = now + grace_for(job, policy)
+    return last_first(leave(job, leave_at, now=now, policy=policy) for job in jobs)
+
+
+def last_first(leaves: Iterable[JobLeave]) -> tuple[JobLeave, ...]:
+    return tuple(sorted(leaves, key=lambda left: (-left.at, left.job_id)))
+
+
+def leave(job: RunningJob, leave_at: dict[str, float], *, now: float, policy: Policy) -> JobLeave:
+    """When a job on a draining host leaves, and why then; `leave_at` holds the jobs already on their way out."""
+    at = leave_at.get(job.id)
+    if job.state == PREEMPTING:
+        why = "as it is being stopped (SIGKILL at the latest)"
+    elif not job.allocated:
+        why = "at once (unallocated)"
+    else:
+        limit = job.start_time + job.max_runtime if job.max_runtime is not None else math.inf
+        protected = protected_until(job, policy)
+        if at is None:
+            why = ("at its maximum runtime" if limit < protected else
+                   "at its minimum runtime" if job.preemptions == 0 else "at the end of its protection")
+        elif limit <= now:
+            why = "at its maximum runtime"
+        elif protected <= now:
+            why = "at once (past its minimum runtime)"
+        else:
+            why = "as it is being stopped (SIGKILL at the latest)"
+    return JobLeave(job.id, _drain_leave_time(job, now, policy) if at is None else at, why)
 
 
 def _drain_leave_time(job: RunningJob, now: float, policy: Policy) -> float:

@@ -10,6 +10,7 @@ passed in, never read.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .mig import profile_milli
@@ -20,6 +21,10 @@ CORDONED = "cordoned"
 DRAINING = "draining"
 DRAINED = "drained"
 DOWN = "down"
+# Hosts that take new jobs. Their healthy GPUs are the cluster's capacity (DESIGN §2: "the sum of its healthy,
+# schedulable hosts") and what every share is a share of (rule 2): a draining host still runs work, but its
+# GPUs are on their way out of service and entitle no one.
+SCHEDULABLE_STATES = frozenset({UP})
 
 # Job topology requests.
 ANY = "any"
@@ -92,6 +97,13 @@ class Host:
     # in `gpus`, but take only jobs asking for a MIG profile (never whole-GPU
     # jobs or fractions) and do not count towards whole-GPU room.
     mig: tuple[MigGpu, ...] = ()
+
+
+def schedulable_gpus(hosts: Iterable[Host]) -> int:
+    """Rule 2's "healthy GPUs": the healthy GPUs of hosts that take new jobs (`SCHEDULABLE_STATES`), MIG ones
+    included. Entitlements are shares of this number, live and in the simulator, on the scheduler's queue
+    and on the budget pages alike."""
+    return sum(len(host.gpus) for host in hosts if host.state in SCHEDULABLE_STATES)
 
 
 @dataclass(frozen=True)
@@ -393,10 +405,27 @@ class EarmarkDrop:
 
 
 @dataclass(frozen=True)
+class JobLeave:
+    """When a job on a draining host is expected to be gone (rule 7), and why then."""
+
+    job_id: str
+    at: float
+    why: str
+
+
+@dataclass(frozen=True)
 class HostChange:
     host: str
     state: str
     reason: str
+    # A host still draining: when each of its jobs leaves, the last to leave first (rule 7). The live tick
+    # keeps them on the host for its page, the API and the CLI.
+    leaves: tuple[JobLeave, ...] = ()
+
+    @property
+    def empty_at(self) -> float | None:
+        """When the last job leaves (None: none is left)."""
+        return self.leaves[0].at if self.leaves else None
 
 
 @dataclass(frozen=True)

@@ -318,9 +318,6 @@ class Fragmentation:
         self._memo[key] = value
         return value
 
-    def of_node(self, node: NodeState) -> float:
-        return self.of(node.model, node.cpu_milli, node.gpu_free)
-
 
 def _sigmoid_score(growth_milli: float) -> int:
     """The simulator's integer node score for a fragmentation growth."""

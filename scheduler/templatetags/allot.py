@@ -2,6 +2,7 @@ from django import template
 from django.utils import timezone
 
 from scheduler.core.durations import format_duration
+from scheduler.core.reasons import format_percent
 
 register = template.Library()
 
@@ -33,11 +34,10 @@ def until(moment):
 
 @register.filter
 def ratio(value):
-    """A usage ratio as people read it: 40 %."""
-    if value in (None, ""):
+    """A usage ratio (or any share) as every page, reason and CLI line writes it, the core's
+    `format_percent`: 0.04 %, 3.5 %, 42 %; `—` for none (a unit entitled to nothing)."""
+    if value is None or value == "":
         return "—"
-    from scheduler.selectors import format_percent
-
     return format_percent(float(value))
 
 
@@ -80,15 +80,6 @@ def cause_link(cause):
         return format_html('{} <a href="{}">{}</a>', words, reverse("host-detail", args=[subject]), subject)
     return {"defrag": "defragmentation", "max_runtime": "maximum runtime reached", "cancel": "cancelled"}.get(
         str(cause), str(cause))
-
-
-@register.filter
-def percent_of(value, whole):
-    """value / whole as a percent for widths: 0..100."""
-    try:
-        return max(0.0, min(100.0, float(value) / float(whole) * 100)) if float(whole) else 0.0
-    except (TypeError, ValueError):
-        return 0.0
 
 
 @register.filter

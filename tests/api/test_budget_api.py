@@ -151,7 +151,7 @@ def test_unit_usage_gives_share_entitlement_usage_and_ratio_per_child(demo, api)
     response = api.as_user(get_user("carol")).get("/api/v1/units/nlp/usage/?cluster=gb200-east")
     assert response.status_code == 200
     body = response.json()
-    assert (body["unit"], body["cluster"], body["window_seconds"], body["healthy_gpus"]) == (
+    assert (body["unit"], body["cluster"], body["window_seconds"], body["schedulable_gpus"]) == (
         "nlp", "gb200-east", 7 * 86400, 348)
     assert body["share"] == 60.0 and body["entitled_gpu_hours"] == pytest.approx(0.6 * 348 * 168, abs=0.1)
     assert body["usage_gpu_hours"] == pytest.approx(24, abs=0.01) and body["children_share"] == 100.0

@@ -3,10 +3,11 @@
 import pytest
 
 from client.cli import main
+from scheduler.tick import run_tick
 from tests.conftest import get_user
 from tests.factories import make_job
 from topology.choices import HostState
-from topology.models import Host, HostEvent
+from topology.models import Cluster, Host, HostEvent
 
 pytestmark = pytest.mark.django_db
 
@@ -90,8 +91,14 @@ def test_the_page_form_drains_for_on_call_and_shows_progress(demo, client):
     response = client.post("/hosts/nvl72-02-h01/drain/", {"reason": "NVLink errors on tray 1"}, follow=True)
     html = response.content.decode()
     assert "nvl72-02-h01 is now draining" in html
-    assert 'data-testid="drain-progress"' in html and "1 job left;" in html and "at its minimum runtime" in html
+    # When its jobs leave is the scheduler's decision: until its next tick the page says so ...
+    assert 'data-testid="drain-progress"' in html and "1 job left;" in html
+    assert "the scheduler decides when at its next tick" in html
     assert Host.objects.get(name="nvl72-02-h01").state_actor == "olga"
+    # ... and then shows it.
+    run_tick(demo)
+    html = client.get("/hosts/nvl72-02-h01/").content.decode()
+    assert 'data-testid="drain-progress"' in html and "1 job left;" in html and "at its minimum runtime" in html
 
 
 def test_the_page_refuses_others_and_asks_for_a_reason(demo, client):
@@ -141,6 +148,11 @@ def test_the_cli_drains_and_resumes_for_on_call(cli):
 @pytest.mark.django_db(transaction=True)
 def test_the_cli_shows_the_drain_progress(cli):
     make_job(gpus=8, min_runtime=3600, on_hosts=["hgx-03-h01"])
+    code, out, _ = cli("hosts", "drain", "hgx-03-h01", "--reason", "ECC errors")
+    assert code == 0
+    assert out.strip() == "hgx-03-h01: draining — ECC errors; 1 job left (the scheduler decides when at its next tick)"
+    run_tick(Cluster.objects.get(name="gb200-east"))
+    # Asked again (already draining: nothing changes), it says what the scheduler decided.
     code, out, _ = cli("hosts", "drain", "hgx-03-h01", "--reason", "ECC errors")
     assert code == 0
     assert out.startswith("hgx-03-h01: draining — ECC errors; 1 job left, the last leaves by ")

@@ -129,6 +129,11 @@ def test_on_call_drains_a_host_from_its_page_and_sees_its_progress(live_demo, vi
     page.click("button[data-action=drain]")
     page.wait_for_selector("[data-testid=drain-progress]")
     assert page.get_by_test_id("host-state").inner_text() == "draining"
+    # When its jobs leave is the scheduler's decision: the page says so until its next tick, then shows it.
+    assert "the scheduler decides when at its next tick" in page.get_by_test_id("drain-progress").inner_text()
+    run_tick(live_demo)
+    page.wait_for_function(
+        "document.querySelector('[data-testid=drain-progress]').innerText.includes('leaves by')", timeout=15000)
     progress = page.get_by_test_id("drain-progress").inner_text()
     assert re.search(r"\d+ jobs? left; .*leaves by \d\d:\d\d", progress), progress
     assert "NVLink CRC errors climbing" in page.get_by_test_id("host-reason").inner_text()

@@ -78,8 +78,8 @@ def test_the_plot_shows_usage_against_entitlement_including_scheduled_changes(de
             starts_at=now + timedelta(days=2), ends_at=now + timedelta(days=4), justification="labelling week",
         )
         budget_request_approve(request=request, approver=get_user("mia"))
-        nlp = usage_vs_entitlement(Unit.objects.get(name="nlp"), demo, now=now, healthy_gpus=HEALTHY)
-        pixmo = usage_vs_entitlement(Unit.objects.get(name="pixmo"), demo, now=now, healthy_gpus=HEALTHY)
+        nlp = usage_vs_entitlement(Unit.objects.get(name="nlp"), demo, now=now, schedulable_gpus=HEALTHY)
+        pixmo = usage_vs_entitlement(Unit.objects.get(name="pixmo"), demo, now=now, schedulable_gpus=HEALTHY)
     assert len(nlp["x"]) == len(nlp["allocated"]) == 168 and nlp["bucket_seconds"] == 3600
     assert sum(nlp["allocated"]) == pytest.approx(16) and sum(nlp["unallocated"]) == pytest.approx(4)
     # Nothing before the org was loaded (a moment ago), then nlp's 60 % of the healthy GPUs.

@@ -189,7 +189,7 @@ def test_each_project_against_its_entitlement(demo):
     assert set(rows) == {"olmo", "tulu", "safety", "molmo", "pixmo"}
     assert rows["olmo"]["used"] == pytest.approx(8.0)
     assert rows["olmo"]["parent"] == "nlp"
-    healthy = demo.gpu_counts()["healthy"]
+    healthy = demo.schedulable_gpus()
     assert rows["olmo"]["entitled"] == pytest.approx(0.60 * 0.55 * healthy * 168, abs=0.01)
     assert rows["olmo"]["ratio"] == pytest.approx(8.0 / (0.60 * 0.55 * healthy * 168), rel=1e-3)
     assert rows["tulu"]["used"] == 0 and rows["tulu"]["unallocated"] == pytest.approx(2.0, abs=0.01)

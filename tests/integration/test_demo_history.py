@@ -16,10 +16,10 @@ from budgets.selectors import budget_tree
 from budgets.services import budget_request_create
 from budgets.whatif import what_if
 from scheduler.choices import FINAL_STATES
+from scheduler.core.reasons import format_percent
 from scheduler.demo_load import SHAPES, DemoLoad
 from scheduler.executors import advance_simulated
 from scheduler.models import ClusterSample, GpuAssignment, Job
-from scheduler.selectors import format_percent
 from tests.conftest import get_user
 from topology.models import Cluster, Gpu
 

@@ -160,7 +160,7 @@ def test_per_unit_gpus_in_use_and_entitled_roll_up_the_tree(busy, client):
     assert one(in_use, cluster="gb200-east", unit="nlp", allocation="allocated") == 8.25
     assert one(in_use, cluster="gb200-east", unit="nlp", allocation="unallocated") == 4
     assert one(in_use, cluster="gb200-east", unit="molmo", allocation="allocated") == 0
-    healthy = busy.gpu_counts()["healthy"]
+    healthy = busy.schedulable_gpus()
     assert one(entitled, cluster="gb200-east", unit="nlp") == pytest.approx(0.6 * healthy, abs=0.001)
     assert one(entitled, cluster="gb200-east", unit="olmo") == pytest.approx(0.6 * 0.55 * healthy, abs=0.001)
 

@@ -1,4 +1,3 @@
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -82,7 +81,8 @@ class HostSerializer(serializers.ModelSerializer):
 class HostDetailSerializer(HostSerializer):
     gpus = serializers.SerializerMethodField()
     drain_progress = serializers.SerializerMethodField(
-        help_text="While draining: jobs left, when the last leaves and why then; null otherwise.")
+        help_text="While draining: jobs left, when the last leaves and why then, and each job's, as the scheduler "
+                  "decided it (times null until its first tick of the drain); null otherwise.")
 
     class Meta(HostSerializer.Meta):
         fields = [*HostSerializer.Meta.fields, "gpus", "drain_progress"]
@@ -97,7 +97,7 @@ class HostDetailSerializer(HostSerializer):
             return None
         from scheduler.selectors import drain_progress, jobs_on_hosts
 
-        jobs = jobs_on_hosts([host], now=timezone.now()).get(host.pk, [])
+        jobs = jobs_on_hosts([host]).get(host.pk, [])
         progress = drain_progress(jobs)
         return {
             "jobs_left": progress.jobs_left,
