@@ -536,5 +536,6 @@ def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit |
                            "allocated_gpu_hours": round(spent.allocated / 3600, 3),
                            "unallocated_gpu_hours": round(spent.unallocated / 3600, 3)} for user_id, spent in users],
             })
-        report.append({"cluster": each.name, "schedulable_gpus": gpus, "units": rows})
+        report.append({"cluster": each.name, "schedulable_gpus": gpus, "healthy_gpus": each.gpu_counts()["healthy"],
+                       "units": rows})
     return report

@@ -95,7 +95,8 @@ class UnitViewSet(viewsets.ReadOnlyModelViewSet):
         parameters=[OpenApiParameter("cluster", str, description="cluster name (optional with one cluster)")],
         responses=inline_serializer("UnitUsage", {
             "cluster": serializers.CharField(), "window_seconds": serializers.IntegerField(),
-            "schedulable_gpus": serializers.IntegerField(), "unit": serializers.DictField(),
+            "schedulable_gpus": serializers.IntegerField(), "healthy_gpus": serializers.IntegerField(),
+            "unit": serializers.DictField(),
             "children": serializers.ListField(child=serializers.DictField()),
         }),
     )
@@ -110,7 +111,9 @@ class UnitViewSet(viewsets.ReadOnlyModelViewSet):
         by_id = {row.unit.pk: row for row in tree}
         return Response({
             "cluster": cluster.name, "at": now, "window_seconds": cluster.window_seconds,
-            "schedulable_gpus": gpus,
+            # Entitlements are shares of the schedulable GPUs; `healthy_gpus` (in service: up or draining) is
+            # kept for clients written before that was said.
+            "schedulable_gpus": gpus, "healthy_gpus": cluster.gpu_counts()["healthy"],
             **_budget(by_id[unit.pk]),
             "parent": unit.parent.name if unit.parent else None,
             "children": [_budget(row) for row in tree if row.unit.parent_id == unit.pk],

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('topology', '0009_cluster_unallocated_backoff'),
+        ('topology', '0010_host_drain_leaves'),
     ]
 
     operations = [
