@@ -66,8 +66,11 @@ def test_fair_share_ratios_are_real_and_differ_between_projects(seeded, now):
     ratios = {name: rows[name].usage_gpu_hours / rows[name].entitled_gpu_hours
               for name in ("olmo", "tulu", "safety", "molmo", "pixmo")}
     assert all(0.1 < ratio < 1.5 for ratio in ratios.values()), ratios
+    # Different numbers on the page, spread wide. The seeded week is packed from the wall clock's quarter hour,
+    # so two of the five may round alike (51.7 % and 51.66 % both read 52 %): at least four differ.
     shown = {format_percent(ratio) for ratio in ratios.values()}
-    assert len(shown) == 5, ratios  # five different numbers on the page
+    assert len(shown) >= 4, ratios
+    assert max(ratios.values()) - min(ratios.values()) > 0.2, ratios
     assert ratios["olmo"] > ratios["safety"]
     assert all(row.unallocated_gpu_hours > 0 for name, row in rows.items() if name in ratios)
 
