@@ -67,11 +67,15 @@ class Candidate:
 
     @classmethod
     def of(cls, job: RunningJob, capacity: Capacity, now: float, policy: Policy | None = None) -> Candidate:
-        releases = capacity.releases(job)
-        shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
-        milli = {gpu: job.gpu_milli if shared else WHOLE_GPU_MILLI
-                 for gpu in job.gpu_ids if capacity.gpu_host.get(gpu) in releases}
-        parts = tuple((capacity.hosts[name], release) for name, release in releases.items())
+        def derive(job: RunningJob) -> tuple[tuple[tuple[HostState, Release], ...], dict[str, int]]:
+            releases = capacity.releases(job)
+            shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+            milli = {gpu: job.gpu_milli if shared else WHOLE_GPU_MILLI
+                     for gpu in job.gpu_ids if capacity.gpu_host.get(gpu) in releases}
+            return tuple((capacity.hosts[name], release) for name, release in releases.items()), milli
+
+        # What it frees is kept per run (`Capacity.memo`); nobody changes `parts` or `milli`.
+        parts, milli = capacity.memo(job, derive)
         return cls(job, parts, milli, lost_work(job, now) if policy is None else preemption_cost(job, now, policy))
 
 
