@@ -31,7 +31,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from . import mig as mig_geometry
-from .model import UP, WHOLE_GPU_MILLI, PendingJob, RunningJob, Topology
+from .model import UP, WHOLE_GPU_MILLI, PendingJob, RunningJob, Topology, in_seq_order
 
 
 def per_host_share(total: int, gpus_here: int, gpus: int) -> int:
@@ -250,6 +250,8 @@ class Capacity:
             for gpu in host.gpus:
                 self.gpu_host[gpu] = host.name
         self.gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_host)}
+        # Is any host not up (down, draining, drained, cordoned)? Host states change only with a new Capacity.
+        self.any_host_not_up = any(host.state != UP for host in self.hosts.values())
         for gpu, instances in mig_layouts.items():
             self.mig[gpu] = MigState(gpu, self.hosts[self.gpu_host[gpu]], self.gpu_position[gpu],
                                      mig_geometry.validate_layout(instances))
@@ -275,7 +277,7 @@ class Capacity:
 
     def _hold_running(self, running: tuple[RunningJob, ...]) -> None:
         held_whole: set[str] = set()
-        for job in sorted(running, key=attrgetter("seq", "id")):
+        for job in in_seq_order(running):
             gpus = len(job.gpu_ids)
             on_mig = bool(job.mig_profile)
             shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI

@@ -32,6 +32,7 @@ from .model import (
     WHOLE_GPU_MILLI,
     Policy,
     RunningJob,
+    in_seq_order,
     protected_until,
     restart_overhead,
     shielded_until,
@@ -153,7 +154,7 @@ class Victims:
         self.capacity = capacity
         blocks: dict[tuple[bool, str], Block] = {}
         start_ratio = {name: node.ratio for name, node in tree.nodes.items()}
-        for job in sorted(running, key=lambda j: (j.seq, j.id)):
+        for job in in_seq_order(running):
             if job.state != RUNNING or job.id in leaving:
                 continue
             # A MIG instance frees no whole GPU and no fraction; MIG jobs don't preempt either.
