@@ -31,7 +31,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from . import mig as mig_geometry
-from .model import UP, WHOLE_GPU_MILLI, PendingJob, RunningJob, Topology
+from .model import UP, WHOLE_GPU_MILLI, PendingJob, RunningJob, Topology, in_seq_order
 
 
 def per_host_share(total: int, gpus_here: int, gpus: int) -> int:
@@ -232,6 +232,10 @@ class Capacity:
         self._undo: list[tuple] | None = None
         # Running job id -> (host, its GPUs there) for every known host it holds.
         self.held: dict[str, list[tuple[HostState, int]]] = {}
+        # Running job id -> (its `held` entry, what it would give back): `releases`, kept per run.
+        self._releases: dict[str, tuple[list, dict[str, Release]]] = {}
+        # Running job id -> (its `held` entry, facts about the run others derive from it once; see `memo`).
+        self.run_memo: dict[str, tuple[list, object]] = {}
         # GPUs in MIG mode (healthy ones), by GPU id.
         self.mig: dict[str, MigState] = {}
         mig_layouts: dict[str, tuple[tuple[str, int], ...]] = {}
@@ -246,6 +250,8 @@ class Capacity:
             for gpu in host.gpus:
                 self.gpu_host[gpu] = host.name
         self.gpu_position = {gpu: i for i, gpu in enumerate(self.gpu_host)}
+        # Is any host not up (down, draining, drained, cordoned)? Host states change only with a new Capacity.
+        self.any_host_not_up = any(host.state != UP for host in self.hosts.values())
         for gpu, instances in mig_layouts.items():
             self.mig[gpu] = MigState(gpu, self.hosts[self.gpu_host[gpu]], self.gpu_position[gpu],
                                      mig_geometry.validate_layout(instances))
@@ -271,7 +277,7 @@ class Capacity:
 
     def _hold_running(self, running: tuple[RunningJob, ...]) -> None:
         held_whole: set[str] = set()
-        for job in sorted(running, key=attrgetter("seq", "id")):
+        for job in in_seq_order(running):
             gpus = len(job.gpu_ids)
             on_mig = bool(job.mig_profile)
             shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
@@ -486,6 +492,8 @@ class Capacity:
         on_mig = bool(job.mig_profile)
         shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
         self.held.pop(job.id, None)
+        self._releases.pop(job.id, None)
+        self.run_memo.pop(job.id, None)
         for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
             host = self.hosts.get(name)
             if host is None:
@@ -546,10 +554,37 @@ class Capacity:
         return sum(pool.free for pool in self.pools.values())
 
     def releases(self, job: RunningJob) -> dict[str, Release]:
-        """What a running job would give back, per schedulable host (whole GPUs only)."""
+        """What a running job would give back, per schedulable host (whole GPUs only).
+
+        Kept per running job while it holds what it holds (a run's GPUs, CPUs and memory never change, and
+        which hosts are schedulable changes only with a new `Capacity`); the caller must not change it.
+        """
+        held = self.held.get(job.id)
+        if held:
+            known = self._releases.get(job.id)
+            if known is not None and known[0] is held:
+                return known[1]
+            releases = self._releases_on(job, held)
+            self._releases[job.id] = (held, releases)
+            return releases
+        return self._releases_on(job, self._hosts_of(job))
+
+    def memo(self, job: RunningJob, derive):
+        """`derive(job)` for a running job, computed once while it holds what it holds (as `releases`);
+        for other jobs (started this tick, claimants' stand-ins) every time."""
+        held = self.held.get(job.id)
+        if not held:
+            return derive(job)
+        known = self.run_memo.get(job.id)
+        if known is not None and known[0] is held:
+            return known[1]
+        value = derive(job)
+        self.run_memo[job.id] = (held, value)
+        return value
+
+    def _releases_on(self, job: RunningJob, held: list[tuple[HostState, int]]) -> dict[str, Release]:
         gpus = len(job.gpu_ids)
         shared = job.mig_profile or (gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI)
-        held = self.held.get(job.id) or self._hosts_of(job)
         return {
             host.name: Release(
                 0 if shared else count,

@@ -22,6 +22,7 @@ from .model import (
     Policy,
     Preemption,
     RunningJob,
+    in_seq_order,
     protected_until,
 )
 from .reasons import format_duration, format_time, plural, requeue_note
@@ -33,9 +34,11 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
     """Preemptions for down hosts, maximum runtimes and drains; when every leaving job is gone."""
     preemptions: list[Preemption] = []
     leave_at: dict[str, float] = {}
-    for job in sorted(running, key=lambda j: (j.seq, j.id)):
-        hosts = [host for host, _ in capacity.held[job.id]]
-        down = next((h.name for h in hosts if h.state == DOWN), None)
+    # With every host up, no job is on a down or draining host: its hosts are not looked at.
+    any_not_up = capacity.any_host_not_up
+    for job in in_seq_order(running):
+        hosts = [host for host, _ in capacity.held[job.id]] if any_not_up else []
+        down = next((h.name for h in hosts if h.state == DOWN), None) if hosts else None
         if down is not None:
             preemptions.append(Preemption(
                 job.id, f"down:{down}", f"host {down} is down: the job is lost; {requeue_note(job)}",
@@ -52,7 +55,7 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
                 grace=grace, requeue=False))
             leave_at[job.id] = now + grace
             continue
-        draining = next((h.name for h in hosts if h.state in (DRAINING, DRAINED)), None)
+        draining = next((h.name for h in hosts if h.state in (DRAINING, DRAINED)), None) if hosts else None
         if draining is None:
             continue
         if not job.allocated:

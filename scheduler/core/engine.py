@@ -50,6 +50,7 @@ from .model import (
     Snapshot,
     Start,
     backed_off_until,
+    in_seq_order,
     protected_until,
     shield,
 )
@@ -110,18 +111,20 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
     for drop in earmark_drops:
         state.update_pending(replace(state.pending[drop.job_id], earmarked_gpus=()))
     running = tuple(state.running.values())
+    # The same jobs in (seq, id) order, as the walks over them take them (kept by the state, not sorted again).
+    ordered = state.running_in_order()
 
     # 1. Working capacity (the claims held as of now), the org tree and usage over the window (rule 1).
     capacity.apply_claims(tuple(state.claimants.values()), tuple(state.stopping.values()), now)
     capacity.prepare_tick(running, state.pending.values(), state.mig_demand())
     units = state.units_at(now)
     tree = UnitTree(units, state.projects(), healthy_gpus=capacity.healthy_gpus, window=policy.window)
-    tree.add_window_usage(units, running, now=now, window=policy.window)
+    tree.add_window_usage(units, ordered, now=now, window=policy.window)
     unit_ratios = tree.ratios()
 
     # 2. Jobs that leave whatever waits: down hosts, maximum runtimes, drains (rule 7).
-    forced, leave_at = jobs_leaving(running, capacity, now=now, policy=policy)
-    cycle = Cycle(running, state.claimants, state.recent_defrag_migrations(now), capacity, tree, leave_at, now,
+    forced, leave_at = jobs_leaving(ordered, capacity, now=now, policy=policy)
+    cycle = Cycle(ordered, state.claimants, state.recent_defrag_migrations(now), capacity, tree, leave_at, now,
                   policy, earmark_drops)
     try:
         # 3. Allocated jobs in fair-share order: start, preempt, reserve, defragment (rules 2-5).
@@ -209,7 +212,7 @@ class Cycle:
         self.in_flight: dict[str, list] = {}
         # A job whose claim was just dropped is decided anew: its old victims no longer count for it.
         dropped = {drop.job_id for drop in earmark_drops}
-        for job in sorted(running, key=lambda j: (j.seq, j.id)):
+        for job in in_seq_order(running):
             if (job.state == PREEMPTING and job.preempted_for is not None and job.id in leave_at
                     and job.preempted_for not in dropped):
                 self.in_flight.setdefault(job.preempted_for, []).append(job)

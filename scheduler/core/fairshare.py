@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from .model import WHOLE_GPU_MILLI, PendingJob, RunningJob, Unit
+from .model import WHOLE_GPU_MILLI, PendingJob, RunningJob, Unit, in_seq_order
 
 
 def gpu_amount(gpus: int, milli: int) -> float:
@@ -92,7 +92,7 @@ class UnitTree:
             node.usage = unit.allocated_usage
             node.unallocated_usage = unit.unallocated_usage
         window_start = now - window
-        for job in sorted(running, key=lambda j: (j.seq, j.id)):
+        for job in in_seq_order(running):
             seconds = now - max(job.start_time, window_start)
             if seconds <= 0:
                 continue

@@ -241,6 +241,19 @@ class RunningJob:
         return self.min_runtime > 0
 
 
+class InSeqOrder(tuple):
+    """Running jobs already in (seq, id) order, the order every walk over them takes (a kept state keeps it)."""
+
+    __slots__ = ()
+
+
+def in_seq_order(jobs) -> InSeqOrder:
+    """The jobs in (seq, id) order; jobs kept in that order already are returned as they are."""
+    if isinstance(jobs, InSeqOrder):
+        return jobs
+    return InSeqOrder(sorted(jobs, key=lambda j: (j.seq, j.id)))
+
+
 def protection(min_runtime: float, preemptions: int, policy: Policy) -> float:
     """How long a run can't be preempted for fairness: the contract, with the bound on churn.
 

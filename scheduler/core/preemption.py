@@ -32,6 +32,7 @@ from .model import (
     WHOLE_GPU_MILLI,
     Policy,
     RunningJob,
+    in_seq_order,
     protected_until,
     restart_overhead,
     shielded_until,
@@ -67,11 +68,15 @@ class Candidate:
 
     @classmethod
     def of(cls, job: RunningJob, capacity: Capacity, now: float, policy: Policy | None = None) -> Candidate:
-        releases = capacity.releases(job)
-        shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
-        milli = {gpu: job.gpu_milli if shared else WHOLE_GPU_MILLI
-                 for gpu in job.gpu_ids if capacity.gpu_host.get(gpu) in releases}
-        parts = tuple((capacity.hosts[name], release) for name, release in releases.items())
+        def derive(job: RunningJob) -> tuple[tuple[tuple[HostState, Release], ...], dict[str, int]]:
+            releases = capacity.releases(job)
+            shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+            milli = {gpu: job.gpu_milli if shared else WHOLE_GPU_MILLI
+                     for gpu in job.gpu_ids if capacity.gpu_host.get(gpu) in releases}
+            return tuple((capacity.hosts[name], release) for name, release in releases.items()), milli
+
+        # What it frees is kept per run (`Capacity.memo`); nobody changes `parts` or `milli`.
+        parts, milli = capacity.memo(job, derive)
         return cls(job, parts, milli, lost_work(job, now) if policy is None else preemption_cost(job, now, policy))
 
 
@@ -149,7 +154,7 @@ class Victims:
         self.capacity = capacity
         blocks: dict[tuple[bool, str], Block] = {}
         start_ratio = {name: node.ratio for name, node in tree.nodes.items()}
-        for job in sorted(running, key=lambda j: (j.seq, j.id)):
+        for job in in_seq_order(running):
             if job.state != RUNNING or job.id in leaving:
                 continue
             # A MIG instance frees no whole GPU and no fraction; MIG jobs don't preempt either.

@@ -147,7 +147,7 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
     units = state.units_at(now)
     capacity = state.capacity
     tree = UnitTree(units, state.projects(), healthy_gpus=capacity.healthy_gpus, window=policy.window)
-    running = tuple(state.running.values())
+    running = state.running_in_order()
     tree.add_window_usage(units, running, now=now, window=policy.window)
     # How fast each unit's usage grows now: its running allocated jobs' GPUs, less what slides out.
     rate = dict.fromkeys(tree.nodes, 0.0)

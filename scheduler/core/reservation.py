@@ -75,14 +75,14 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
     extra: dict[str, Release] = {}
     if available >= req.gpus and fits(extra):
         return -math.inf
-    events: dict[str, tuple[float, RunningJob]] = {}
+    # Jobs leaving after `until` are never reached: they are not sorted either.
+    events: dict[str, tuple[float, RunningJob] | None] = {}
     for host in hosts:
         for job in host.jobs:
             if job.id not in events:
-                events[job.id] = (leave_time(job), job)
-    for when, job in sorted(events.values(), key=lambda e: (e[0], e[1].seq, e[1].id)):
-        if when > until:
-            break
+                when = leave_time(job)
+                events[job.id] = (when, job) if when <= until else None
+    for when, job in sorted(filter(None, events.values()), key=lambda e: (e[0], e[1].seq, e[1].id)):
         for name, release in capacity.releases(job).items():
             if name in names:
                 extra[name] = extra.get(name, NOTHING) + release

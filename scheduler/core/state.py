@@ -30,7 +30,7 @@ sequences and compares the two decision by decision.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, insort
 from collections import Counter
 from dataclasses import replace
 
@@ -40,6 +40,7 @@ from .model import (
     PREEMPTING,
     Decisions,
     Host,
+    InSeqOrder,
     PendingJob,
     RunningJob,
     Snapshot,
@@ -79,6 +80,9 @@ class ClusterState:
         # already carry them).
         self.window = WindowUsage(window) if window is not None else None
         self.running: dict[str, RunningJob] = {}
+        # The running jobs' (seq, id), sorted, and the jobs in that order (built again after a change).
+        self._running_keys: list[tuple] = []
+        self._in_order: InSeqOrder | None = None
         self.pending: dict[str, PendingJob] = {}
         # Allocated? -> project -> its pending jobs in project order, and their keys (for bisection).
         self.queues: dict[bool, dict[str, list[PendingJob]]] = {True: {}, False: {}}
@@ -96,7 +100,7 @@ class ClusterState:
         self._charges: dict[str, Counter[float]] = {}
         for job in sorted(running, key=lambda j: (j.seq, j.id)):
             self._add_running(job)
-        self.capacity = Capacity(topology, tuple(self.running.values()), (), 0.0)
+        self.capacity = Capacity(topology, self.running_in_order(), (), 0.0)
         for job in pending:
             self._add_pending(job)
 
@@ -137,6 +141,13 @@ class ClusterState:
 
     def recent_defrag_migrations(self, now: float) -> tuple[float, ...]:
         return tuple(t for t in self.recent_defrag if now - DEFRAG_HOUR < t <= now)
+
+    def running_in_order(self) -> InSeqOrder:
+        """The running jobs in (seq, id) order."""
+        if self._in_order is None:
+            running = self.running
+            self._in_order = InSeqOrder(running[key[1]] for key in self._running_keys)
+        return self._in_order
 
     def mig_demand(self) -> Counter[tuple[str, frozenset[str]]]:
         return Counter(self._mig_demand)
@@ -214,7 +225,14 @@ class ClusterState:
 
     def update_running(self, job: RunningJob) -> None:
         """The same run with other facts: a checkpoint, its grace period (it holds the same GPUs)."""
+        old = self.running.get(job.id)
+        if old is None or old.seq != job.seq:
+            keys = self._running_keys
+            if old is not None:
+                del keys[bisect_left(keys, (old.seq, old.id))]
+            insort(keys, (job.seq, job.id))
         self.running[job.id] = job
+        self._in_order = None
         if job.state == PREEMPTING:
             self.stopping[job.id] = job
         else:
@@ -226,6 +244,9 @@ class ClusterState:
         job = self.running.pop(job_id, None)
         if job is None:
             return None
+        keys = self._running_keys
+        del keys[bisect_left(keys, (job.seq, job.id))]
+        self._in_order = None
         self.stopping.pop(job_id, None)
         self._count_project(job.project, -1)
         self.capacity.remove_running(job)
@@ -234,8 +255,7 @@ class ClusterState:
     def set_topology(self, topology: Topology) -> None:
         """Hosts changed state or health: the capacity is built again (rare; O(GPUs))."""
         self.topology = topology
-        self.capacity = Capacity(topology, tuple(sorted(self.running.values(), key=lambda j: (j.seq, j.id))),
-                                 (), 0.0)
+        self.capacity = Capacity(topology, self.running_in_order(), (), 0.0)
 
     def set_host_state(self, name: str, state: str) -> None:
         hosts = tuple(replace(host, state=state) if host.name == name else host for host in self.topology.hosts)
@@ -293,6 +313,8 @@ class ClusterState:
 
     def _add_running(self, job: RunningJob) -> None:
         self.running[job.id] = job
+        insort(self._running_keys, (job.seq, job.id))
+        self._in_order = None
         if job.state == PREEMPTING:
             self.stopping[job.id] = job
         self._count_project(job.project, 1)
