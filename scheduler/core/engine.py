@@ -157,6 +157,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
     if commit:
         state.commit(decisions, cycle.started_runs, now)
         state.held_back = bool(cycle.held_back())
+        state.scoped = bool(cycle.scoped())
     return decisions
 
 
@@ -490,6 +491,13 @@ class Cycle:
             placed.jobs.append(started)
         self.started_jobs.append(started)
         self.started_runs[job.id] = (started, [(host, count) for host, count in placement.parts])
+
+    def scoped(self) -> bool:
+        """Did a less-served sibling's wait keep a job from preempting outside their ancestor (rule 4)?
+
+        That lasts while the sibling comes first, so the order of siblings moving with time alone matters
+        (`quiet.py`)."""
+        return bool(self._scoped)
 
     def held_back(self) -> bool:
         """Did a reservation keep a job out of GPUs that were free for it, or from victims it might have taken?

@@ -35,6 +35,10 @@ time (a protection's end, a grace period's end, plus a grace period). Those
 moments are counted as well. Otherwise ratios that drift while nothing can
 start or preempt only move which job a reservation names until the next
 event; that is not counted.
+
+And when a less-served sibling's wait kept a job from preempting outside
+their common ancestor (rule 4, `Cycle._preemption_scope`): that holds while
+the sibling comes first, so the moments siblings swap places are counted too.
 """
 
 from __future__ import annotations
@@ -106,7 +110,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
             soonest = min(soonest, refill)
-    if fair_share and waiting and (losers or state.held_back):
+    if fair_share and waiting and (losers or state.held_back or state.scoped):
         soonest = min(soonest, _turns(state, now, policy, losers, window_edges, started))
     if fair_share and waiting and state.held_back:
         soonest = min(soonest, _leave_order_turns(state, now, policy))
@@ -196,9 +200,9 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
             soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged, now, crossing))
             if soonest <= now + AFTER:
                 return soonest
-    if state.held_back:
-
-        # Siblings with waiting allocated work swap places when their ratios cross: another job is first.
+    if state.held_back or state.scoped:
+        # Siblings with waiting allocated work swap places when their ratios cross: another job is first (and
+        # another sibling's wait keeps the rest from preempting outside their ancestor, rule 4).
         levels = [tree.roots] + [node.children for node in tree.nodes.values() if node.children]
         for siblings in levels:
             waiting = [unit for unit in siblings if unit.entitled > 0 and _waits(unit, state)]

@@ -93,6 +93,8 @@ class ClusterState:
         self.recent_defrag: list[float] = sorted(recent_defrag_migrations)
         # Did the last tick keep a job out of free GPUs only for a reservation (rule 5)? (`quiet.py`)
         self.held_back = False
+        # The last tick kept a job from preempting outside its ancestor while a less-served sibling waited.
+        self.scoped = False
         self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
         # Project -> how many of its jobs are pending or running (the org tree needs every project named).
         self._projects: Counter[str] = Counter()

@@ -144,6 +144,31 @@ def test_skipping_the_ticks_the_core_calls_quiet_changes_nothing(seed):
     assert quiet.events == every.events
 
 
+# Two programs with two projects each: siblings under a common ancestor, so a less-served sibling's wait can
+# keep the other from preempting outside their program (rule 4), and shields after preemptions (churn).
+NESTED = (org(("A", 60), ("B", 40)) + org(("a1", 30), ("a2", 70), parent="A") + org(("b1", 50), ("b2", 50), parent="B")
+          + org(("free", None)))
+
+
+def nested_jobs(seed: int) -> list:
+    rename = {"p": "a1", "q": "a2", "r": "b1"}
+    jobs = random_jobs(seed, 60, span=3 * HOUR)
+    rng = random.Random(seed)
+    return [replace(j, project=rename.get(j.project, j.project) if rng.random() < 0.8 else "b2") for j in jobs]
+
+
+# 54 and 90 diverged before the sibling-order moments were counted where a sibling's wait kept a job from
+# preempting (`state.scoped`).
+@pytest.mark.parametrize("seed", [6, 7, 8, 12, 13, 21, 54, 90])
+def test_skipping_quiet_ticks_changes_nothing_in_a_nested_org(seed):
+    """The same with programs and projects: the moments siblings swap places count where a sibling's wait
+    kept a job from preempting, and a shield's end counts like a protection's."""
+    jobs = nested_jobs(seed)
+    quiet = run(small_cluster(fast_lane_gpus=8), NESTED, jobs)
+    every = EveryTick(small_cluster(fast_lane_gpus=8), NESTED, jobs, decide=schedule).run()
+    assert quiet.events == every.events
+
+
 @pytest.mark.parametrize("seed", [9, 10, 33])
 def test_a_tick_leaves_nothing_to_decide_at_once(seed):
     """Quiescence: right after a tick's decisions are applied, a second tick at the same moment decides
