@@ -46,7 +46,8 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
     # A GPU's assignments are the scheduler's rows pointing at it (related name `assignments`): asked through
     # the relation, so the inventory needs no import of the app above it.
     live_gpu_ids = set(
-        Gpu.objects.filter(assignments__released_at__isnull=True, host__domain__cluster=cluster)
+        Gpu.objects.filter(assignments__isnull=False, assignments__released_at__isnull=True,
+                           host__domain__cluster=cluster)
         .values_list("pk", flat=True)
     )
     blocks = {block.name: block for block in cluster.blocks.all()}
