@@ -5,6 +5,7 @@ from accounts import views
 
 urlpatterns = [
     path("account/", views.account, name="account"),
+    path("account/notifications/", views.subscription_view, name="notification-subscription"),
     path("account/tokens/<id:pk>/revoke/", views.token_revoke_view, name="token-revoke"),
     path("account/password/", views.PasswordChangeView.as_view(), name="password_change"),
     path("account/password/reset/", views.PasswordResetView.as_view(), name="password_reset"),

@@ -1,4 +1,5 @@
-"""Account pages: your API tokens (revoke them), your password (change it; reset it by e-mail)."""
+"""Account pages: your API tokens (revoke them), your password (change it; reset it by e-mail), your
+notifications (what, where to)."""
 
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
@@ -10,12 +11,13 @@ from django.views.decorators.http import require_POST
 
 from accounts.selectors import tokens_of
 from accounts.services import token_revoke, token_revoke_all
+from notifications.forms import SubscriptionForm
+from notifications.models import Kind
+from notifications.services import recent_for, subscription_of, subscription_update
 
 
 @login_required
 def account(request):
-    from notifications.views import account_context
-
     return render(request, "accounts/account.html", {"tokens": tokens_of(request.user),
                                                      **account_context(request.user)})
 
@@ -62,3 +64,29 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
         response = super().form_valid(form)
         token_revoke_all(user=form.user, actor=form.user, reason="password reset by e-mail")
         return response
+
+
+# The account page's notifications section: the account page owns it (accounts sits above notifications).
+def form_for(user, data=None) -> SubscriptionForm:
+    subscription = subscription_of(user)
+    initial = {"kinds": [kind for kind in Kind.values if subscription.wants(kind)], "email": subscription.email,
+               "webhook_url": subscription.webhook_url}
+    return SubscriptionForm(data, initial=initial, user=user)
+
+
+def account_context(user, form=None) -> dict:
+    """What the account page shows of notifications: the form and the latest deliveries, failures with why."""
+    return {"notification_form": form or form_for(user), "notifications": recent_for(user)}
+
+
+@login_required
+@require_POST
+def subscription_view(request):
+    form = form_for(request.user, request.POST)
+    if not form.is_valid():
+        context = {"tokens": tokens_of(request.user), **account_context(request.user, form)}
+        return render(request, "accounts/account.html", context, status=400)
+    subscription_update(user=request.user, email=form.cleaned_data["email"],
+                        webhook_url=form.cleaned_data["webhook_url"], kinds=form.cleaned_data["kinds"])
+    messages.success(request, "Notifications saved.")
+    return redirect("account")

@@ -31,9 +31,9 @@ def main() -> int:
     from django.utils import timezone
 
     from budgets.models import Unit
-    from budgets.selectors import budget_tree
     from budgets.services import budget_request_create
-    from budgets.whatif import what_if
+    from operations.selectors import budget_tree
+    from operations.whatif import what_if
     from scheduler.core.reasons import format_percent
     from scheduler.demo_load import DemoLoad
     from scheduler.models import Job

@@ -112,7 +112,7 @@ def measure(jobs: int, seed: int, profile: bool = False) -> dict:
 
     from budgets.models import Membership, Unit
     from budgets.services import budget_request_create
-    from budgets.whatif import build_inputs, simulate_both
+    from operations.whatif import build_inputs, simulate_both
     from topology.models import Cluster
 
     now = timezone.now().replace(microsecond=0)

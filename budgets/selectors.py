@@ -1,17 +1,17 @@
 """Reads for the org and budget pages and the API: a handful of set-based queries each."""
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import ROUND_FLOOR, Decimal
 
 from django.db import connection
-from django.db.models import Count, Q, Sum
+from django.db.models import Q
 
 from budgets.choices import RequestStatus, Role
 from budgets.lib.timeline import Period, peak_total, permanent_boundary, share_at
 from budgets.models import Allocation, AllocationChange, BudgetRequest, Membership, Unit, UserProfile, WhatIf
-from budgets.permissions import managed_unit_ids
+from budgets.permissions import managed_unit_ids, requesters_of
 from scheduler.core import fairshare
 from scheduler.core import model as core
 
@@ -190,103 +190,6 @@ def scheduled_periods(unit: Unit, cluster, *, now: datetime) -> list[Allocation]
 # ---------------------------------------------------------------- budgets with usage
 
 
-@dataclass
-class UnitBudget:
-    """One unit on one cluster: its share, what it is entitled to, what it used, and what waits."""
-
-    unit: Unit
-    depth: int
-    percent_of_parent: Decimal | None
-    fraction_of_cluster: float
-    gpu_hours_per_week: float
-    entitled_gpu_hours: float  # over the fair-share window
-    usage_gpu_hours: float  # allocated (charged) GPU-hours in the window, subtree included
-    unallocated_gpu_hours: float  # free GPU-hours in the window: shown, never charged
-    # usage / entitled (DESIGN §3 rule 2) as the scheduler computes it; None when entitled to nothing.
-    ratio: float | None
-    pending_gpus: int  # GPUs asked for by pending allocated jobs, subtree included
-    pending_unallocated_gpus: int
-    children_percent: Decimal = Decimal(0)  # what its children hold of it now
-    open_requests: int = 0
-    people: dict = field(default_factory=dict)
-
-    @property
-    def percent_of_cluster(self) -> float:
-        return self.fraction_of_cluster * 100
-
-    @property
-    def room_percent(self) -> Decimal:
-        return max(HUNDRED - self.children_percent, Decimal(0))
-
-
-def pending_gpus_by_project(cluster) -> dict[int, tuple[int, int]]:
-    """Project id → (allocated, unallocated) GPUs asked for by pending jobs; one grouped query."""
-    from scheduler.models import Job
-
-    rows = (
-        Job.objects.pending().filter(cluster=cluster).values("project_id")
-        .annotate(
-            allocated=Sum("gpus", filter=Q(min_runtime__gt=0), default=0),
-            unallocated=Sum("gpus", filter=Q(min_runtime=0), default=0),
-        )
-        .order_by()
-    )
-    return {row["project_id"]: (row["allocated"], row["unallocated"]) for row in rows}
-
-
-def budget_tree(cluster, *, now: datetime, schedulable_gpus: int | None = None) -> list[UnitBudget]:
-    """Every unit in tree order with share, entitlement, window usage, ratio and pending demand on `cluster`.
-
-    Entitlement, usage and ratio are the scheduler's own (`scheduler.core.fairshare.UnitTree` over the
-    cluster's schedulable GPUs, `Cluster.schedulable_gpus`), with running jobs counted up to `now`: the
-    ratio a page shows is the one the queue is ordered by.
-    """
-    from scheduler.usage import project_usage
-
-    gpus = cluster.schedulable_gpus() if schedulable_gpus is None else schedulable_gpus
-    window = cluster.window_seconds
-    rows = walk_units()
-    percents = current_shares(cluster, now)
-    units = core_units(rows, percents, project_usage(cluster, now=now))
-    fair = fairshare.UnitTree(units, set(), healthy_gpus=gpus, window=window)
-    fair.add_window_usage(units, (), now=now.timestamp(), window=window)
-    parents = {unit.pk: unit.parent_id for unit, _ in rows}
-    pending: dict[int, list[int]] = defaultdict(lambda: [0, 0])
-    for project_id, (allocated, unallocated) in pending_gpus_by_project(cluster).items():
-        node = project_id
-        while node is not None:
-            pending[node][0] += allocated
-            pending[node][1] += unallocated
-            node = parents.get(node)
-    children_percent: dict[int, Decimal] = defaultdict(Decimal)
-    for unit, _ in rows:
-        if unit.parent_id is not None and unit.pk in percents:
-            children_percent[unit.parent_id] += percents[unit.pk]
-    open_requests = dict(
-        BudgetRequest.objects.open().filter(cluster=cluster).values("unit_id").annotate(n=Count("id"))
-        .values_list("unit_id", "n").order_by()
-    )
-    people = people_by_unit()
-    budgets = []
-    for unit, depth in rows:
-        node = fair.nodes[unit.name]
-        budgets.append(UnitBudget(
-            unit=unit, depth=depth, percent_of_parent=percents.get(unit.pk),
-            fraction_of_cluster=node.share_of_cluster,
-            gpu_hours_per_week=node.share_of_cluster * gpus * HOURS_PER_WEEK,
-            entitled_gpu_hours=node.entitled / 3600,
-            usage_gpu_hours=node.usage / 3600,
-            unallocated_gpu_hours=node.unallocated_usage / 3600,
-            ratio=node.ratio if node.entitled > 0 else None,
-            pending_gpus=pending[unit.pk][0] if unit.pk in pending else 0,
-            pending_unallocated_gpus=pending[unit.pk][1] if unit.pk in pending else 0,
-            children_percent=children_percent.get(unit.pk, Decimal(0)),
-            open_requests=open_requests.get(unit.pk, 0),
-            people=people.get(unit.pk, {}),
-        ))
-    return budgets
-
-
 def top_level_percent(cluster, *, at: datetime) -> Decimal:
     return sum(
         Allocation.objects.current(at).filter(cluster=cluster, unit__parent__isnull=True)
@@ -307,66 +210,6 @@ def subtree_ids(unit: Unit) -> set[int]:
             found.add(pk)
             stack.extend(children[pk])
     return found
-
-
-def usage_vs_entitlement(unit: Unit, cluster, *, now: datetime, schedulable_gpus: int) -> dict:
-    """The unit page's plot: GPUs used per bucket over the window (allocated, unallocated) and GPUs entitled.
-
-    Entitlement is the unit's fraction of the cluster (its share times every
-    ancestor's, as it stood at each moment) times today's schedulable GPUs; it
-    runs on into scheduled changes of the next weeks.
-    """
-    from scheduler.usage import usage_series
-
-    window = cluster.window_seconds
-    bucket = max(60, window // PLOT_BUCKETS)
-    start = now - timedelta(seconds=window)
-    projects = subtree_ids(unit)
-    series = usage_series(cluster, start=start, end=now, bucket_seconds=bucket)
-    count = max(1, -(-window // bucket))
-    allocated, unallocated = [0.0] * count, [0.0] * count
-    for project_id, buckets in series.items():
-        if project_id in projects:
-            for index, used in enumerate(buckets):
-                allocated[index] += used.allocated / bucket
-                unallocated[index] += used.unallocated / bucket
-    centres = [start + timedelta(seconds=(index + 0.5) * bucket) for index in range(count)]
-
-    chain = [unit, *unit.ancestors()]
-    rows = list(
-        Allocation.objects.filter(cluster=cluster, unit__in=chain)
-        .filter(Q(valid_to__isnull=True) | Q(valid_to__gt=start))
-        .filter(valid_from__lt=now + PLOT_HORIZON)
-        .order_by("valid_from")
-    )
-    timelines: dict[int, list[Period]] = defaultdict(list)
-    for row in rows:
-        timelines[row.unit_id].append(period_of(row))
-    future = [moment for row in rows for moment in (row.valid_from, row.valid_to)
-              if moment is not None and now < moment < now + PLOT_HORIZON]
-    horizon = max(future) + timedelta(days=1) if future else now
-    moments = sorted({start, *(m for row in rows for m in (row.valid_from, row.valid_to)
-                               if m is not None and start < m < horizon)})
-
-    def entitled_at(at):
-        fraction = 1.0
-        for member in chain:
-            found = share_at(timelines.get(member.pk, []), at)
-            if found is None:
-                return 0.0
-            fraction *= float(found.share) / 100
-        return fraction * schedulable_gpus
-
-    steps = [entitled_at(moment) for moment in moments]
-    return {
-        "x": [moment.isoformat() for moment in centres],
-        "allocated": [round(value, 3) for value in allocated],
-        "unallocated": [round(value, 3) for value in unallocated],
-        "entitled_x": [moment.isoformat() for moment in moments] + [horizon.isoformat()],
-        "entitled": [round(value, 3) for value in steps] + [round(steps[-1], 3)],
-        "now": now.isoformat(),
-        "bucket_seconds": bucket,
-    }
 
 
 def entitled_gpu_seconds(cluster, *, start: datetime, end: datetime, schedulable_gpus: int) -> dict[int, float]:
@@ -488,8 +331,6 @@ def waiting_count(user) -> int:
 def deciders(budget_request: BudgetRequest) -> list[str]:
     """Usernames of who may decide the request now (the requester excluded)."""
     from django.contrib.auth import get_user_model
-
-    from budgets.permissions import requesters_of
 
     excluded = requesters_of(budget_request)
     if budget_request.decider_unit is None:

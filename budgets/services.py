@@ -27,7 +27,9 @@ from budgets.choices import ChangeSource, RequestStatus
 from budgets.lib.timeline import Period, grant_temporary, peak_total, permanent_boundary, reuse_rows, set_from, share_at
 from budgets.models import Allocation, AllocationChange, BudgetRequest, Unit
 from budgets.permissions import belongs_to, can_decide, can_edit_shares, decision_unit, requesters_of
-from budgets.selectors import children_timelines, room_for, share_of_cluster, span_end, unit_timeline
+from budgets.selectors import children_timelines, deciders, room_for, share_of_cluster, span_end, unit_timeline
+from notifications.models import Kind
+from notifications.services import notify
 from topology.models import Cluster
 
 EXPIRY_ACTOR = "system:expiry"
@@ -243,9 +245,6 @@ def _tell_deciders(budget_request: BudgetRequest, *, now: datetime) -> None:
     from django.contrib.auth import get_user_model
     from django.urls import reverse
 
-    from budgets.selectors import deciders
-    from notifications.models import Kind
-    from notifications.services import notify
 
     names = deciders(budget_request)
     ids = get_user_model().objects.filter(username__in=names).values_list("pk", flat=True)

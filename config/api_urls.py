@@ -5,9 +5,9 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 from rest_framework.routers import DefaultRouter
 
 from accounts.api import TokenObtainView, TokenViewSet
-from budgets.api.views import BudgetRequestViewSet, UnitViewSet
+from operations.api.budgets.views import BudgetRequestViewSet, UnitViewSet
+from operations.api.topology.views import ClusterViewSet, HostViewSet
 from scheduler.api.views import HeartbeatView, JobViewSet, UsageView
-from topology.api.views import ClusterViewSet, HostViewSet
 
 router = DefaultRouter()
 router.register("clusters", ClusterViewSet)

@@ -3,6 +3,7 @@ from django.urls import reverse
 
 from budgets.permissions import is_oncall
 from budgets.selectors import waiting_count
+from scheduler.racks import needs_repair_count
 
 # (label, url name, path prefixes that mark it current)
 NAV = [
@@ -31,8 +32,6 @@ def navigation(request):
         budgets["badge_title"] = f"{waiting} budget request{'s' if waiting != 1 else ''} waiting for your decision"
     oncall = is_oncall(user)
     if oncall:
-        from topology.selectors import needs_repair_count
-
         broken = needs_repair_count()
         if broken:
             repairs = next(item for item in items if item["label"] == "Repairs")

@@ -20,6 +20,8 @@ from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from topology.models import Cluster
+
 # A leader that has not ticked for this many intervals is gone (a standby takes over within about one).
 TICKS_BEFORE_STALE = 3
 _migrations_done = False
@@ -71,8 +73,6 @@ def _migrations() -> str:
 
 def _scheduler() -> str:
     from django.db.models import Max
-
-    from topology.models import Cluster
 
     interval = settings.ALLOT_TICK_SECONDS
     limit = TICKS_BEFORE_STALE * interval

@@ -67,6 +67,7 @@ INSTALLED_APPS = [
     "budgets",
     "scheduler",
     "notifications",
+    "operations",
 ]
 
 MIDDLEWARE = [

@@ -6,7 +6,7 @@ from django.views.generic import RedirectView
 
 from config.converters import IdConverter
 from config.health import healthz, readyz
-from scheduler.metrics import metrics_view
+from operations.metrics import metrics_view
 
 # Before the apps' URL modules are included: they use <id:pk>.
 register_converter(IdConverter, "id")
@@ -16,10 +16,9 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", include("accounts.urls")),
-    path("", include("notifications.urls")),
     path("api/", include("config.api_urls")),
-    path("", include("topology.urls")),
-    path("", include("budgets.urls")),
+    path("", include("operations.urls")),
+    path("", include("operations.budget_urls")),
     path("", include("scheduler.urls")),
     path("metrics", metrics_view, name="metrics"),
     path("healthz", healthz, name="healthz"),

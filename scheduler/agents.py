@@ -18,7 +18,7 @@ from django.utils import timezone
 from client.text import clean_output
 from scheduler.choices import LIVE_STATES, JobState
 from scheduler.core.capacity import per_host_share
-from scheduler.models import Job, JobProcess
+from scheduler.models import GpuAssignment, Job, JobProcess
 from scheduler.services import job_end_run
 from topology.choices import GpuHealth, HostState
 from topology.models import AWAITING_AGENT_REASON, Gpu, Host, HostEvent, MigInstance
@@ -327,8 +327,6 @@ def _rank_hosts(job_ids) -> dict[int, list[str]]:
 
 def _gpu_indices(host: Host, job_ids) -> tuple[dict[int, list[int]], dict[int, list[dict]]]:
     """Job id → the indices of its GPUs on the host, and → its MIG instances there (one query)."""
-    from scheduler.models import GpuAssignment
-
     indices: dict[int, list[int]] = {}
     instances: dict[int, list[dict]] = {}
     if not job_ids:

@@ -27,10 +27,10 @@ from scheduler.choices import EventKind, JobState
 from scheduler.core.durations import format_duration
 from scheduler.core.measures import Held, measure
 from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, JobProcess
+from scheduler.racks import domain_views
 from scheduler.selectors import measures_input
 from topology.choices import HostState
 from topology.models import Gpu
-from topology.selectors import domain_views
 
 HISTORY_ACTOR = "system:scheduler"
 SAMPLE_EVERY = timedelta(minutes=15)

@@ -6,7 +6,10 @@ from datetime import timedelta
 from django import forms
 from django.utils import timezone
 
+from budgets.models import Unit
 from scheduler.choices import JobState
+from scheduler.selectors import usage_report
+from topology.models import Cluster
 
 STATES = [state.value for state in JobState]
 TIME_HELP = "an ISO 8601 time or date: 2026-11-01, 2026-11-01T09:00, 2026-11-01T09:00:00+00:00"
@@ -80,8 +83,6 @@ class UsageForm(forms.Form):
         if data["since"] >= data["until"] and not self.errors:
             self.add_error("since", "must be in the past")
         # The names, resolved: a name that is not there is refused by name.
-        from budgets.models import Unit
-        from topology.models import Cluster
 
         data["cluster_obj"] = data["unit_obj"] = None
         if data.get("cluster"):
@@ -96,8 +97,6 @@ class UsageForm(forms.Form):
 
     def report(self) -> dict:
         """The usage report these cleaned values ask for (the API's body; the page renders it)."""
-        from scheduler.selectors import usage_report
-
         data = self.cleaned_data
         return {
             "since": data["since"].isoformat(), "until": data["until"].isoformat(),

@@ -12,7 +12,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import Avg, Count, Max
 
-from scheduler.models import ClusterSample, Tick, TickHistogram
+from scheduler.choices import LIVE_STATES
+from scheduler.models import ClusterSample, Job, Tick, TickHistogram
+from scheduler.selectors import cluster_measures, pending_demand
 
 # Upper bounds (seconds) of the tick duration histogram: Prometheus' defaults, which bracket
 # DESIGN §6's targets (core decision ≤ 0.25 s, whole tick ≤ 1 s at 16k GPUs).
@@ -40,8 +42,6 @@ def sample_due(cluster, now: datetime) -> bool:
 
 def record_sample(cluster, *, now: datetime, running_jobs: int | None = None) -> ClusterSample:
     """Measure the cluster as it stands (after the tick applied its decisions) and keep it."""
-    from scheduler.selectors import cluster_measures, pending_demand
-
     measures = cluster_measures(cluster)
     states, fragmentation = measures.states, measures.fragmentation
     demand = pending_demand(cluster)
@@ -54,8 +54,6 @@ def record_sample(cluster, *, now: datetime, running_jobs: int | None = None) ->
         ticks = ticks.filter(started_at__gt=now - timedelta(seconds=settings.ALLOT_SAMPLE_SECONDS))
     durations = ticks.aggregate(count=Count("id"), mean=Avg("duration"), worst=Max("duration"))
     if running_jobs is None:
-        from scheduler.choices import LIVE_STATES
-        from scheduler.models import Job
 
         running_jobs = Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).count()
     sample = ClusterSample.objects.create(

@@ -9,16 +9,19 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
-from budgets.models import Unit
-from scheduler.choices import LIVE_STATES
+from budgets.models import Membership, Unit
+from budgets.selectors import entitled_gpu_seconds, walk_units
+from scheduler.choices import LIVE_STATES, EventKind
 from scheduler.core import model as core
 from scheduler.core.drains import if_drained
 from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
 from scheduler.core.reasons import format_percent
-from scheduler.models import ClusterSample, GpuAssignment, Job, Tick
+from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, Tick
+from scheduler.racks import domain_views
 from scheduler.snapshot import moment, running_on_host
-from scheduler.usage import Usage, usage_series
+from scheduler.usage import Usage, period_usage, roll_up, usage_series
 from topology.choices import GpuHealth
+from topology.models import Cluster
 
 
 def pending_demand(cluster) -> dict:
@@ -39,8 +42,6 @@ def preemption_costs(cluster, *, now: datetime, hours: float = 24) -> dict:
     job), and the share of preemptions on behalf of a job after which that job did not start within the
     victim's grace period + two ticks (only those whose deadline has passed are judged). Three queries.
     """
-    from scheduler.choices import EventKind
-    from scheduler.models import JobEvent
 
     since = now - timedelta(hours=hours)
     events = JobEvent.objects.filter(job__cluster=cluster, at__gte=since, at__lte=now)
@@ -212,8 +213,6 @@ def measures_input(views) -> tuple[core.Topology, list[Held], int]:
 
 def cluster_measures(cluster, views=None) -> Measures:
     """GPU states and fragmentation now, by the same definition as the simulator (scheduler/core/measures.py)."""
-    from topology.selectors import domain_views
-
     views = views if views is not None else domain_views(cluster)
     topology, held, total = measures_input(views)
     return measure(topology, held, total_gpus=total)
@@ -294,24 +293,6 @@ def sample_series(cluster, *, now, seconds: int, points: int = MAX_POINTS) -> di
         series["tick_max"].append(round(max(member[11] for member in members), 4))
     series["bucket_seconds"] = bucket
     return series
-
-
-def project_consumption(cluster, *, now, schedulable_gpus: int | None = None) -> list[dict]:
-    """Each project over the window: GPU-hours used (charged, and free) against GPU-hours entitled; tree order."""
-    from budgets.selectors import budget_tree
-
-    rows = budget_tree(cluster, now=now, schedulable_gpus=schedulable_gpus)
-    parents = {row.unit.parent_id for row in rows}
-    names = {row.unit.pk: row.unit.name for row in rows}
-    return [
-        {
-            "project": row.unit.name, "parent": names.get(row.unit.parent_id, ""),
-            "used": round(row.usage_gpu_hours, 2), "unallocated": round(row.unallocated_gpu_hours, 2),
-            "entitled": round(row.entitled_gpu_hours, 2), "ratio": row.ratio,
-            "pending_gpus": row.pending_gpus + row.pending_unallocated_gpus,
-        }
-        for row in rows if row.unit.pk not in parents
-    ]
 
 
 def project_usage_series(cluster, *, now, seconds: int, points: int = 120) -> dict:
@@ -454,8 +435,6 @@ def job_history(filters: dict, *, user):
     """Jobs as HistoryForm's cleaned `filters` ask, newest first: live in [since, until), of the given states,
     cluster, project, unit (its whole subtree), user; `mine`; `my_projects` (every unit the user belongs to,
     and those under it)."""
-    from budgets.models import Membership
-
     jobs = Job.objects.select_related("cluster", "project__parent", "user")
     if filters.get("state"):
         jobs = jobs.filter(state__in=filters["state"])
@@ -488,10 +467,6 @@ def usage_report(*, since: datetime, until: datetime, cluster=None, unit: Unit |
     times the cluster's schedulable GPUs now, `Cluster.schedulable_gpus`): one entry per cluster, units in tree
     order. The same run intervals as the fair share (`scheduler.usage`) and the same share timelines as the unit
     page (`budgets.selectors`)."""
-    from budgets.selectors import entitled_gpu_seconds, walk_units
-    from scheduler.usage import period_usage, roll_up
-    from topology.models import Cluster
-
     clusters = [cluster] if cluster is not None else list(Cluster.objects.order_by("name"))
     tree = walk_units()
     parents = {row.pk: row.parent_id for row, _ in tree}

@@ -17,6 +17,7 @@ from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Pr
 from scheduler.core.durations import format_duration
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess
+from scheduler.notify import job_ended
 from topology.models import Cluster, Gpu, Host
 from topology.spec import SUBMIT_ALLOCATED
 
@@ -391,8 +392,6 @@ def job_end_run(*, job: Job, outcome: str, at: datetime, actor: str, cause: str 
     }[state]
     JobEvent.objects.create(job=job, at=at, kind=kind, actor=actor, cause=stop, detail=summary)
     if state in FINAL_STATES:
-        from scheduler.notify import job_ended
-
         job_ended(job.pk, summary=summary, at=at)
     job.refresh_from_db()
     return job

@@ -3,8 +3,6 @@ from django.urls import path
 from scheduler import views
 
 urlpatterns = [
-    path("queue/", views.queue_home, name="queue-home"),
-    path("clusters/<slug:name>/queue/", views.queue, name="queue"),
     path("jobs/", views.job_history_view, name="job-history"),
     path("jobs/new/", views.job_submit_view, name="job-submit"),
     path("usage/", views.usage_view, name="usage"),

@@ -12,6 +12,7 @@ from django.utils.dateparse import parse_datetime
 from django.views.decorators.http import require_POST
 from rest_framework.exceptions import ValidationError as DRFValidationError
 
+from budgets.models import Membership, Unit
 from budgets.selectors import posix_account
 from scheduler.api.serializers import job_request
 from scheduler.api.views import command_visibility
@@ -20,28 +21,9 @@ from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.executors import default_duration
 from scheduler.forms import HistoryForm, UsageForm
 from scheduler.models import Job
-from scheduler.selectors import UnknownName, job_history, live_gpu_ids, queue_view
+from scheduler.selectors import UnknownName, job_history, live_gpu_ids
 from scheduler.services import JobError, SubmitRefused, can_cancel, job_cancel, job_submit
 from topology.models import Cluster
-
-
-@login_required
-def queue_home(request):
-    """The queue of the cluster the user last submitted to, else the first cluster."""
-    last = Job.objects.filter(user=request.user).order_by("-pk").values_list("cluster__name", flat=True).first()
-    name = last or Cluster.objects.order_by("name").values_list("name", flat=True).first()
-    if name is None:
-        return redirect("cluster-list")
-    return redirect("queue", name=name)
-
-
-@login_required
-def queue(request, name):
-    """The cluster's queue in fair-share order, with the order explained; refreshes in place."""
-    cluster = get_object_or_404(Cluster, name=name)
-    context = {"cluster": cluster, **queue_view(cluster, user=request.user)}
-    template = "scheduler/_queue_body.html" if request.htmx else "scheduler/queue.html"
-    return render(request, template, context)
 
 
 def _where(gpu_ids) -> list[tuple[str, str]]:
@@ -200,7 +182,6 @@ def usage_view(request):
         return _csv_response("allot-usage.csv", ["cluster", "unit", "parent", "user", "allocated_gpu_hours",
                                                  "unallocated_gpu_hours", "entitled_gpu_hours",
                                                  "percent_of_entitlement"], rows)
-    from budgets.models import Unit
 
     return render(request, "scheduler/usage.html", {
         "form": form, "report": report, "query": params.urlencode(),
@@ -273,8 +254,6 @@ def _flatten(errors) -> dict[str, list[str]]:
 def job_submit_view(request):
     """Submit from the browser (or resubmit: `?from=<job>` prefills its contract), through the API's boundary:
     the same serializer, the same service, the same messages."""
-    from budgets.models import Membership, Unit
-
     values = {"gpus": 1, "gpu_milli": 1000, "topology": "any", "priority": "normal", "min_runtime": "1h",
               "cpus": 0, "memory_gib": 0}
     source = None

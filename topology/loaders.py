@@ -21,8 +21,6 @@ UNHEALTHY_REASON = "listed in unhealthy_hosts of the cluster file"
 @transaction.atomic
 def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Cluster, dict]:
     """Create or update the inventory to match `spec`; returns the cluster and counts of changes."""
-    from scheduler.models import GpuAssignment  # scheduler depends on topology, not the reverse
-
     changes = {"created": 0, "updated": 0, "removed": 0}
     defaults = {field_name: model_field.get_default() for field_name, model_field in _policy_model_fields().items()}
     defaults.update(spec.policy)
@@ -45,9 +43,12 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
     if clashes:
         raise LoadError(clashes)
 
+    # A GPU's assignments are the scheduler's rows pointing at it (related name `assignments`): asked through
+    # the relation, so the inventory needs no import of the app above it.
     live_gpu_ids = set(
-        GpuAssignment.objects.filter(released_at__isnull=True, gpu__host__domain__cluster=cluster)
-        .values_list("gpu_id", flat=True)
+        Gpu.objects.filter(assignments__isnull=False, assignments__released_at__isnull=True,
+                           host__domain__cluster=cluster)
+        .values_list("pk", flat=True)
     )
     blocks = {block.name: block for block in cluster.blocks.all()}
     for block_name in sorted({d.block for d in spec.domains if d.block} - set(blocks)):
@@ -119,7 +120,7 @@ def apply_cluster(spec: ClusterSpec, *, actor: str = LOADER_ACTOR) -> tuple[Clus
         host_gpus = gpus_by_host.get(host.pk, [])
         if any(gpu.pk in live_gpu_ids for gpu in host_gpus):
             problems.append(f"host {name} is no longer in the file but runs jobs; drain it first")
-        elif GpuAssignment.objects.filter(gpu__host=host).exists():
+        elif Gpu.objects.filter(host=host, assignments__isnull=False).exists():
             if host.state != HostState.DOWN:
                 host.set_state(HostState.DOWN, actor=actor, reason="removed from the cluster file")
                 changes["updated"] += 1
@@ -166,9 +167,8 @@ def _policy_model_fields():
 
 
 def _retire_gpus(gpus: list[Gpu]) -> None:
-    from scheduler.models import GpuAssignment
-
-    with_history = set(GpuAssignment.objects.filter(gpu__in=gpus).values_list("gpu_id", flat=True))
+    with_history = set(Gpu.objects.filter(pk__in=[gpu.pk for gpu in gpus], assignments__isnull=False)
+                       .values_list("pk", flat=True))
     for gpu in gpus:
         if gpu.pk in with_history:
             gpu.health = GpuHealth.FAILED

@@ -9,7 +9,7 @@ from django.utils import timezone
 from scheduler.core import model as core
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from topology.choices import AgentMode, Containment, DomainKind, Executor, GpuHealth, HostState
-from topology.health import HealthPolicy, default_health_policy, parse_health_policy
+from topology.health import HealthPolicy, default_health_policy, parse_health_policy, xid_meaning
 from topology.spec import SUBMIT_ALL, parse_submit_policy
 
 # Hosts that take new jobs, as the scheduler's core defines them: their healthy GPUs are the cluster's capacity
@@ -383,8 +383,6 @@ class HostEvent(models.Model):
     @property
     def meaning(self) -> str:
         """NVIDIA's name for the XID of an `xid` event; '' otherwise."""
-        from topology.health import xid_meaning
-
         return xid_meaning(self.code) if self.kind == self.Kind.XID else ""
 
 

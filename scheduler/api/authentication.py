@@ -24,6 +24,8 @@ class AgentPrincipal:
     is_anonymous = False
     is_superuser = False
     is_staff = False
+    # The throttles (accounts/throttles.py) ask this, not the class: accounts sits below the scheduler.
+    is_agent = True
 
     def __init__(self, host):
         self.host = host

@@ -2,6 +2,7 @@ from django import template
 from django.utils import timezone
 
 from scheduler.core.durations import format_duration
+from scheduler.core.hostlist import compress
 from scheduler.core.reasons import format_percent
 
 register = template.Library()
@@ -44,8 +45,6 @@ def ratio(value):
 @register.filter
 def hostlist(names):
     """Host names folded Slurm-style: nvl72-01-h[01-16]."""
-    from scheduler.core.hostlist import compress
-
     return compress(names or [])
 
 
@@ -85,8 +84,6 @@ def cause_link(cause):
 @register.filter
 def gpu_summary(detail):
     """A start event's GPU ids ("h:0 h:1 …") as "8 GPUs on nvl72-01-h[01-02]"."""
-    from scheduler.core.hostlist import compress
-
     gpu_ids = str(detail or "").split()
     if not gpu_ids or not all(":" in gpu_id for gpu_id in gpu_ids):
         return detail

@@ -89,8 +89,8 @@ def test_the_page_follows_a_what_if_queued_for_a_worker(demo, visit):
     """Production: the click only queues the simulation. The page polls (htmx, served locally) until the worker
     is done — here the test plays the worker."""
     from budgets.services import budget_request_create
-    from budgets.tasks import run_what_if
-    from budgets.whatif import what_if_request
+    from operations.tasks import run_what_if
+    from operations.whatif import what_if_request
     from topology.models import Cluster
 
     budget_request = budget_request_create(user=get_user("alice"), unit=Unit.objects.get(name="olmo"),

@@ -10,8 +10,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from budgets.models import Unit
-from budgets.selectors import budget_tree, usage_vs_entitlement
 from budgets.services import budget_request_approve, budget_request_create
+from operations.selectors import budget_tree, usage_vs_entitlement
 from scheduler.models import GpuAssignment
 from scheduler.usage import usage_series
 from tests.conftest import get_user

@@ -7,7 +7,7 @@ import pytest
 
 from budgets.models import Unit, WhatIf
 from budgets.services import budget_request_create
-from budgets.whatif import what_if_request
+from operations.whatif import what_if_request
 from tests.conftest import get_user
 from tests.factories import make_job
 from tests.processes import celery_worker

@@ -6,18 +6,19 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from operations.selectors import project_consumption
 from scheduler.core import Domain, Host, Topology
 from scheduler.core.measures import Held, measure
 from scheduler.history import record_sample
 from scheduler.models import ClusterSample, Tick
-from scheduler.selectors import cluster_measures, free_by_domain, project_consumption, sample_series
+from scheduler.racks import domain_views
+from scheduler.selectors import cluster_measures, free_by_domain, sample_series
 from scheduler.tick import run_tick
 from tests.factories import make_job
 from topology.choices import HostState
 from topology.loaders import apply_cluster
 from topology.models import Gpu
 from topology.models import Host as HostRow
-from topology.selectors import domain_views
 from topology.spec import parse_cluster
 
 pytestmark = pytest.mark.django_db

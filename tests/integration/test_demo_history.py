@@ -12,9 +12,9 @@ from django.db.models import Sum
 from django.utils import timezone
 
 from budgets.models import Unit
-from budgets.selectors import budget_tree
 from budgets.services import budget_request_create
-from budgets.whatif import what_if
+from operations.selectors import budget_tree
+from operations.whatif import what_if
 from scheduler.choices import FINAL_STATES
 from scheduler.core.reasons import format_percent
 from scheduler.demo_load import SHAPES, DemoLoad

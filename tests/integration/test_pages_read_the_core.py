@@ -7,8 +7,8 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from operations.selectors import project_consumption
 from scheduler.core import schedule
-from scheduler.selectors import project_consumption
 from scheduler.services import job_end_run
 from scheduler.snapshot import build_snapshot, moment
 from scheduler.tick import run_tick

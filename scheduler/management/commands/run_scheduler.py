@@ -7,6 +7,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 from django.db import DatabaseError, close_old_connections
 
+from notifications.worker import start as start_delivery
+from scheduler.demo_load import DemoLoad
 from scheduler.leader import Leadership
 from scheduler.loop import tick_all
 
@@ -45,13 +47,9 @@ class Command(BaseCommand):
         # it; with Redis, Celery beat and the workers do (notifications.deliver).
         delivering = threading.Event()
         if settings.CELERY_TASK_ALWAYS_EAGER and not once:
-            from notifications.worker import start as start_delivery
-
             start_delivery(stopping=delivering)
         load = None
         if demo_load:
-            from scheduler.demo_load import DemoLoad
-
             load = DemoLoad(faults=True)
         last_status = None
         leading = False

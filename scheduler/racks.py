@@ -4,9 +4,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import OuterRef, Prefetch, Subquery
+from django.db.models import Prefetch
 from django.utils import timezone
 
+from scheduler.models import GpuAssignment
 from topology.choices import GpuHealth, HostState
 from topology.models import (
     AWAITING_AGENT_REASON,
@@ -104,8 +105,6 @@ class DomainView:
 
 
 def _live_holders(gpu_ids) -> dict[int, list]:
-    from scheduler.models import GpuAssignment
-
     holders = defaultdict(list)
     rows = (
         GpuAssignment.objects.filter(released_at__isnull=True, gpu_id__in=gpu_ids)
@@ -119,8 +118,6 @@ def _live_holders(gpu_ids) -> dict[int, list]:
 
 def _mig_instances(gpus) -> dict[int, list]:
     """GPU pk → its live MIG instances with their holders, for the GPUs in MIG mode (no query if none is)."""
-    from scheduler.models import GpuAssignment
-
     mig_pks = [gpu.pk for gpu in gpus if gpu.mig_enabled]
     if not mig_pks:
         return {}
@@ -262,32 +259,3 @@ HEALTH_KINDS = ("xid", "gpu_missing", "heartbeat_lost")
 def needs_repair_count() -> int:
     """Drained and down hosts, hosts still waiting for their first agent report aside; one query."""
     return Host.objects.filter(state__in=NEEDS_REPAIR).exclude(state_reason=AWAITING_AGENT_REASON).count()
-
-
-def hosts_out_of_service(*, cluster: Cluster | None = None) -> dict:
-    """Every host not up, grouped for on-call: draining (with progress), needs repair, cordoned, awaiting agent.
-
-    A fixed number of queries: the hosts (with their latest health event), and the jobs on draining ones.
-    """
-    from scheduler.selectors import drain_progress, jobs_on_hosts
-
-    latest_health = HostEvent.objects.filter(host=OuterRef("pk"), kind__in=HEALTH_KINDS).order_by("-at", "-id")
-    hosts = Host.objects.filter(state__in=OUT_OF_SERVICE).select_related("domain__cluster").annotate(
-        last_health=Subquery(latest_health.values("detail")[:1]),
-        last_health_at=Subquery(latest_health.values("at")[:1]),
-    ).order_by("state_changed_at", "name")
-    if cluster is not None:
-        hosts = hosts.filter(domain__cluster=cluster)
-    hosts = list(hosts)
-    draining = [host for host in hosts if host.state == HostState.DRAINING]
-    jobs = jobs_on_hosts(draining)
-    for host in draining:
-        host.jobs_here = jobs.get(host.pk, [])
-        host.progress = drain_progress(host.jobs_here)
-    awaiting = [host for host in hosts if host.state_reason == AWAITING_AGENT_REASON]
-    return {
-        "draining": draining,
-        "needs_repair": [host for host in hosts if host.state in NEEDS_REPAIR and host not in awaiting],
-        "cordoned": [host for host in hosts if host.state == HostState.CORDONED],
-        "awaiting_agent": awaiting,
-    }

@@ -1,9 +1,10 @@
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from scheduler.racks import host_view
+from scheduler.selectors import drain_progress, jobs_on_hosts
 from topology.choices import HostState
 from topology.models import Cluster, Host
-from topology.selectors import host_view
 
 
 class ClusterSerializer(serializers.ModelSerializer):
@@ -95,7 +96,6 @@ class HostDetailSerializer(HostSerializer):
     def get_drain_progress(self, host):
         if host.state != HostState.DRAINING:
             return None
-        from scheduler.selectors import drain_progress, jobs_on_hosts
 
         jobs = jobs_on_hosts([host]).get(host.pk, [])
         progress = drain_progress(jobs)

@@ -21,6 +21,8 @@ from prometheus_client.core import (
     InfoMetricFamily,
 )
 
+from budgets.models import Unit
+from budgets.selectors import unit_shares
 from scheduler.choices import LIVE_STATES, EventKind, JobState
 from scheduler.history import TICK_BUCKETS
 from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, Tick, TickHistogram
@@ -103,8 +105,6 @@ class AllotCollector:
     def _units(clusters):
         """Per unit (projects and every unit above them): GPUs held now, allocated and unallocated, and the GPUs
         its share entitles it to (share of the cluster × schedulable GPUs, `Cluster.schedulable_gpus`)."""
-        from budgets.models import Unit
-        from budgets.selectors import unit_shares
 
         parents = dict(Unit.objects.values_list("pk", "parent_id"))
         names = dict(Unit.objects.values_list("pk", "name"))

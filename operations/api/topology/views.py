@@ -5,9 +5,15 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.response import Response
 
 from budgets.permissions import is_oncall
-from topology.api.serializers import ClusterSerializer, HostActionSerializer, HostDetailSerializer, HostSerializer
+from operations.api.topology.serializers import (
+    ClusterSerializer,
+    HostActionSerializer,
+    HostDetailSerializer,
+    HostSerializer,
+)
+from scheduler.racks import cluster_summary
+from scheduler.selectors import pending_demand
 from topology.models import Cluster, Host
-from topology.selectors import cluster_summary
 from topology.services import HostActionError, host_cordon, host_drain, host_resume
 
 
@@ -40,8 +46,6 @@ class ClusterViewSet(viewsets.ReadOnlyModelViewSet):
 
     @staticmethod
     def _summary(cluster):
-        from scheduler.selectors import pending_demand
-
         return {**cluster_summary(cluster), "pending": pending_demand(cluster)}
 
 

@@ -621,7 +621,7 @@ def what_if_request(*, budget_request: BudgetRequest, user, share=None, force: b
 
 def what_if_submit(*, budget_request: BudgetRequest, user, share=None, force: bool = False) -> tuple[WhatIf, bool]:
     """`what_if_request`, then enqueue the simulation (which runs right here in the embedded default)."""
-    from budgets.tasks import run_what_if
+    from operations.tasks import run_what_if
 
     found, created = what_if_request(budget_request=budget_request, user=user, share=share, force=force)
     if created:

@@ -8,8 +8,12 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from accounts.throttles import WhatIfRequestThrottle, WhatIfUserThrottle
-from budgets import selectors, services, whatif
-from budgets.api.serializers import (
+from budgets import selectors, services
+from budgets.models import BudgetRequest, Unit
+from budgets.selectors import HOURS_PER_WEEK, people_by_unit, unit_shares
+from config.converters import ID_REGEX
+from operations import whatif
+from operations.api.budgets.serializers import (
     ApproveSerializer,
     BudgetRequestCreateSerializer,
     BudgetRequestSerializer,
@@ -20,9 +24,7 @@ from budgets.api.serializers import (
     WhatIfRunSerializer,
     WhatIfSerializer,
 )
-from budgets.models import BudgetRequest, Unit
-from budgets.selectors import HOURS_PER_WEEK, people_by_unit, unit_shares
-from config.converters import ID_REGEX
+from operations.selectors import budget_tree
 from topology.models import Cluster
 
 
@@ -107,7 +109,7 @@ class UnitViewSet(viewsets.ReadOnlyModelViewSet):
         cluster = self._cluster(request.query_params.get("cluster"))
         now = timezone.now()
         gpus = cluster.schedulable_gpus()
-        tree = selectors.budget_tree(cluster, now=now, schedulable_gpus=gpus)
+        tree = budget_tree(cluster, now=now, schedulable_gpus=gpus)
         by_id = {row.unit.pk: row for row in tree}
         return Response({
             "cluster": cluster.name, "at": now, "window_seconds": cluster.window_seconds,

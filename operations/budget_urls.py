@@ -1,6 +1,6 @@
 from django.urls import path
 
-from budgets import views
+from operations import budget_views as views
 
 urlpatterns = [
     # The org page grew into the budget overview; /org/ stays for old links and bookmarks.

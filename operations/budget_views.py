@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 
 from accounts.throttles import what_if_wait
-from budgets import selectors, services, whatif
+from budgets import selectors, services
 from budgets.choices import RequestStatus
 from budgets.forms import (
     ApproveForm,
@@ -30,6 +30,8 @@ from budgets.forms import (
 )
 from budgets.models import BudgetRequest, Unit
 from budgets.permissions import belongs_to, can_decide, can_edit_shares
+from operations import whatif
+from operations.selectors import budget_tree, usage_vs_entitlement
 from scheduler.core.durations import format_duration
 from topology.models import Cluster
 
@@ -57,7 +59,7 @@ def budget_overview(request):
     if cluster is not None:
         gpus = cluster.schedulable_gpus()
         context.update(
-            rows=selectors.budget_tree(cluster, now=now, schedulable_gpus=gpus),
+            rows=budget_tree(cluster, now=now, schedulable_gpus=gpus),
             schedulable_gpus=gpus,
             window_days=cluster.window_seconds / 86400,
             top_level_percent=selectors.top_level_percent(cluster, at=now),
@@ -80,7 +82,7 @@ def unit_detail(request, name):
         raise Http404("no cluster yet")
     now = timezone.now()
     gpus = cluster.schedulable_gpus()
-    tree = selectors.budget_tree(cluster, now=now, schedulable_gpus=gpus)
+    tree = budget_tree(cluster, now=now, schedulable_gpus=gpus)
     by_id = {row.unit.pk: row for row in tree}
     children = [row for row in tree if row.unit.parent_id == unit.pk]
     # Its requests and its children's: a manager looking at a program sees what its projects ask for.
@@ -100,7 +102,7 @@ def unit_detail(request, name):
         "parent_row": by_id.get(unit.parent_id),
         "children": children,
         "path": unit.path(),
-        "plot": selectors.usage_vs_entitlement(unit, cluster, now=now, schedulable_gpus=gpus),
+        "plot": usage_vs_entitlement(unit, cluster, now=now, schedulable_gpus=gpus),
         "schedule": schedule,
         "requests": list(visible[:50]),
         "open_requests": by_id[unit.pk].open_requests,
@@ -148,7 +150,7 @@ def request_new(request):
     if cluster is not None:
         # The numbers for the units one may ask for: share now, usage, and how much room their parent has free.
         member_of = set(units.values_list("pk", flat=True))
-        tree = selectors.budget_tree(cluster, now=timezone.now())
+        tree = budget_tree(cluster, now=timezone.now())
         rooms = {row.unit.pk: row.room_percent for row in tree}
         top_room = max(Decimal(100) - selectors.top_level_percent(cluster, at=timezone.now()), Decimal(0))
         mine = [row for row in tree if row.unit.pk in member_of]
@@ -177,7 +179,7 @@ def _decision_context(request, budget_request: BudgetRequest, *, forms=None) -> 
     unit, cluster = budget_request.unit, budget_request.cluster
     now = timezone.now()
     gpus = cluster.schedulable_gpus()
-    tree = selectors.budget_tree(cluster, now=now, schedulable_gpus=gpus)
+    tree = budget_tree(cluster, now=now, schedulable_gpus=gpus)
     by_id = {row.unit.pk: row for row in tree}
     siblings = [row for row in tree if row.unit.parent_id == unit.parent_id and row.unit.pk != unit.pk]
     start = budget_request.effective_start(now)
@@ -395,7 +397,7 @@ def shares_edit(request, name=None):
         )
     now = timezone.now()
     children = list(Unit.objects.filter(parent=parent).order_by("name"))
-    tree = {row.unit.pk: row for row in selectors.budget_tree(cluster, now=now)}
+    tree = {row.unit.pk: row for row in budget_tree(cluster, now=now)}
     if request.method == "POST":
         form = SharesForm(request.POST, children=children)
         if form.is_valid():

@@ -10,19 +10,35 @@ from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from budgets.permissions import is_oncall
-from topology.choices import HostState
-from topology.health import xid_advice, xid_meaning
-from topology.models import Cluster, Domain, Host, HostEvent
-from topology.selectors import (
+from operations.selectors import hosts_out_of_service, project_consumption
+from scheduler.models import Job
+from scheduler.racks import (
     GPU_HEALTH_KINDS,
     MARK_WINDOW,
     cluster_summary,
     domain_views,
     gpu_health_marks,
     host_view,
-    hosts_out_of_service,
     mark_reservations,
 )
+from scheduler.selectors import (
+    chart_time,
+    cluster_measures,
+    drain_preview,
+    drain_progress,
+    free_by_domain,
+    jobs_on_hosts,
+    latest_tick,
+    pending_demand,
+    preemption_costs,
+    project_usage_series,
+    queue_view,
+    range_seconds,
+    sample_series,
+)
+from topology.choices import HostState
+from topology.health import xid_advice, xid_meaning
+from topology.models import Cluster, Domain, Host, HostEvent
 from topology.services import ALREADY, TRANSITIONS, HostActionError, host_cordon, host_drain, host_resume
 
 HOST_ACTIONS = {"cordon": host_cordon, "drain": host_drain, "resume": host_resume}
@@ -39,8 +55,6 @@ def cluster_list(request):
 @login_required
 def cluster_detail(request, name):
     """The cluster dashboard: the numbers now (refreshed in place), the charts, the policy, the domains."""
-    from scheduler.selectors import cluster_measures, free_by_domain, latest_tick, pending_demand, preemption_costs
-
     cluster = get_object_or_404(Cluster, name=name)
     views = domain_views(cluster)
     measures = cluster_measures(cluster, views)
@@ -65,16 +79,6 @@ def _range(request) -> str:
 @login_required
 def cluster_dashboard_data(request, name):
     """The charts' data for one range, as JSON (the page fetches it again every 30 s)."""
-    from scheduler.selectors import (
-        chart_time,
-        cluster_measures,
-        free_by_domain,
-        project_consumption,
-        project_usage_series,
-        range_seconds,
-        sample_series,
-    )
-
     cluster = get_object_or_404(Cluster, name=name)
     now = timezone.now()
     seconds = range_seconds(cluster, _range(request))
@@ -100,8 +104,6 @@ def cluster_dashboard_data(request, name):
 
 def _job_facts(views) -> dict:
     """Job id → what the rack shows on hover (name, user, contract, protection end); one query."""
-    from scheduler.models import Job
-
     ids = {job_id for view in views for h in view.hosts for gpu in h.gpus for job_id, *_ in gpu.jobs}
     return {job.pk: job for job in Job.objects.filter(pk__in=ids).select_related("user", "project")}
 
@@ -124,8 +126,6 @@ def _mark_gpu_health(view, domain: Domain) -> None:
 @login_required
 def domain_detail(request, name, domain):
     """The rack: trays × GPUs coloured by what they do, reserved hosts marked, each GPU's job on hover."""
-    from scheduler.selectors import latest_tick
-
     cluster = get_object_or_404(Cluster, name=name)
     domain = get_object_or_404(Domain, cluster=cluster, name=domain)
     (view,) = domain_views(cluster, domain=domain)
@@ -156,8 +156,6 @@ def domain_detail(request, name, domain):
 
 
 def host_context(request, host: Host) -> dict:
-    from scheduler.selectors import drain_preview, drain_progress, jobs_on_hosts
-
     now = timezone.now()
     events = list(host.events.all()[:EVENTS_SHOWN])
     jobs = jobs_on_hosts([host]).get(host.pk, [])
@@ -217,4 +215,23 @@ def repairs(request):
     """Hosts out of service, for on-call: draining (and what blocks them), needing repair, cordoned."""
     context = {**hosts_out_of_service(), "can_act": is_oncall(request.user)}
     template = "topology/_repairs_body.html" if request.htmx else "topology/repairs.html"
+    return render(request, template, context)
+
+
+@login_required
+def queue_home(request):
+    """The queue of the cluster the user last submitted to, else the first cluster."""
+    last = Job.objects.filter(user=request.user).order_by("-pk").values_list("cluster__name", flat=True).first()
+    name = last or Cluster.objects.order_by("name").values_list("name", flat=True).first()
+    if name is None:
+        return redirect("cluster-list")
+    return redirect("queue", name=name)
+
+
+@login_required
+def queue(request, name):
+    """The cluster's queue in fair-share order, with the order explained; refreshes in place."""
+    cluster = get_object_or_404(Cluster, name=name)
+    context = {"cluster": cluster, **queue_view(cluster, user=request.user)}
+    template = "scheduler/_queue_body.html" if request.htmx else "scheduler/queue.html"
     return render(request, template, context)

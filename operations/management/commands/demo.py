@@ -4,6 +4,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from budgets.loaders import load_org_file
 from budgets.models import Unit
+from scheduler.demo_history import seed_history
+from scheduler.models import Job
 from topology.loaders import load_cluster_file
 from topology.spec import LoadError
 
@@ -37,12 +39,8 @@ class Command(BaseCommand):
         if first and options.get("history", True):
             from django.utils import timezone
 
-            from scheduler.demo_history import seed_history
-
             jobs = seed_history(cluster, now=timezone.now())
             if jobs:
-                from scheduler.models import Job
-
                 running = Job.objects.filter(cluster=cluster, state="running").count()
                 self.stdout.write(f"demo history: a week of {jobs - running} ended jobs and {running} still running, "
                                   "so fair share, the dashboards and the what-if have real numbers from the first "

@@ -2,6 +2,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from budgets.models import BudgetRequest, Unit, WhatIf
+from budgets.permissions import can_decide
 from topology.models import Cluster
 
 
@@ -77,8 +78,6 @@ class BudgetRequestSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.BooleanField())
     def get_can_decide(self, budget_request):
-        from budgets.permissions import can_decide
-
         request = self.context.get("request")
         return bool(request and budget_request.status == "pending" and can_decide(request.user, budget_request))
 

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from topology import views
+from operations import views
 
 urlpatterns = [
     path("", views.cluster_list, name="home"),
@@ -11,4 +11,6 @@ urlpatterns = [
     path("hosts/<slug:name>/", views.host_detail, name="host-detail"),
     path("hosts/<slug:name>/<slug:action>/", views.host_action, name="host-action"),
     path("repairs/", views.repairs, name="repairs"),
+    path("queue/", views.queue_home, name="queue-home"),
+    path("clusters/<slug:name>/queue/", views.queue, name="queue"),
 ]
