@@ -279,9 +279,9 @@ def shield(min_runtime: float, preemptions: int, policy: Policy) -> float:
 
     Its protection (`protection`) while it has never been preempted; after
     that the doubling goes on past the cap on minimum runtime, up to
-    `preempted_protection_cap`: a job preempted again and again is soon left
-    to run a day at a time, so one job is preempted a handful of times, not
-    once per cap. A job that needs a whole domain (rule 5's large jobs) may
+    `preempted_protection_cap` (twice the cap unless the cluster says): a
+    job preempted again and again is soon left to run 16 h at a time, so one
+    job is preempted a handful of times, not once per cap. A job that needs a whole domain (rule 5's large jobs) may
     still take it once `protection` ends, so the large jobs' bound holds.
     """
     if min_runtime <= 0:
