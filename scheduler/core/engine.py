@@ -866,12 +866,13 @@ class Cycle:
         if blocked:
             text = f"{text}; {blocked}"
         elif job.min_runtime > 0 and self._no_victims_for(job, self._classes(job)[2], self._access(job)):
-            text += (f"; no running job may be preempted for it (each is protected by its minimum runtime, "
-                     f"or belongs to project {job.project} or to a unit less served)")
             if job.project in self._scoped:
                 unit, waiting = self._scoped[job.project]
                 text += (f"; while project {waiting}, less served than it under {unit}, waits to start, it may "
-                         f"preempt only unallocated jobs and jobs under {unit}")
+                         f"preempt only unallocated jobs and jobs under {unit}, and none of those would make room")
+            else:
+                text += (f"; no running job may be preempted for it (each is protected by its minimum runtime, "
+                         f"or belongs to project {job.project} or to a unit less served)")
         if head is not None and head.project != job.project and unit_ratios[head.project] < project_ratio:
             ahead, yours = reasons.format_percent(unit_ratios[head.project]), reasons.format_percent(project_ratio)
             text += f"; waiting behind project {head.project} (usage ratio {ahead} vs yours {yours})"
