@@ -36,6 +36,7 @@ from .capacity import Capacity, HostState
 from .drains import drain_progress, jobs_leaving
 from .engine import collector_paused
 from .fairshare import share_of_cluster
+from .lifecycle import Cause, StopCause
 from .model import (
     DOMAIN,
     RUNNING,
@@ -246,7 +247,8 @@ def _priority_levels(snapshot: Snapshot, now: float, policy: Policy) -> Decision
                 continue
             for victim in victims:
                 preemptions.append(Preemption(
-                    victim.id, f"job:{job.id}", f"preempted by job {job.id} (priority scheduler: preemptible job)",
+                    victim.id, str(StopCause(Cause.JOB, job.id)),
+                    f"preempted by job {job.id} (priority scheduler: preemptible job)",
                     grace=grace_for(victim, policy), requeue=victim.resumable, preemptor=job.id))
             taken = {v.id for v in victims}
             preemptible = [v for v in preemptible if v.id not in taken]

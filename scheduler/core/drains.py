@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterable
 
 from .capacity import Capacity
+from .lifecycle import Cause, StopCause
 from .model import (
     DOWN,
     DRAINED,
@@ -41,7 +42,7 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
         down = next((h.name for h in hosts if h.state == DOWN), None) if hosts else None
         if down is not None:
             preemptions.append(Preemption(
-                job.id, f"down:{down}", f"host {down} is down: the job is lost; {requeue_note(job)}",
+                job.id, str(StopCause(Cause.DOWN, down)), f"host {down} is down: the job is lost; {requeue_note(job)}",
                 grace=0, requeue=job.resumable))
             leave_at[job.id] = now
             continue
@@ -51,7 +52,7 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
         grace = grace_for(job, policy)
         if job.max_runtime is not None and now >= job.start_time + job.max_runtime:
             preemptions.append(Preemption(
-                job.id, "max_runtime", f"reached its maximum runtime of {format_duration(job.max_runtime)}",
+                job.id, str(Cause.MAX_RUNTIME), f"reached its maximum runtime of {format_duration(job.max_runtime)}",
                 grace=grace, requeue=False))
             leave_at[job.id] = now + grace
             continue
@@ -66,7 +67,7 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
         else:
             continue
         preemptions.append(Preemption(
-            job.id, f"drain:{draining}", f"host {draining} is draining; {why}; {requeue_note(job)}",
+            job.id, str(StopCause(Cause.DRAIN, draining)), f"host {draining} is draining; {why}; {requeue_note(job)}",
             grace=grace, requeue=job.resumable))
         leave_at[job.id] = now + grace
     return preemptions, leave_at

@@ -31,6 +31,7 @@ from .defrag import DefragPlan, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
 from .earmarks import check_claims
 from .fairshare import FairShareWalk, UnitNode, UnitTree, gpu_amount, sides_at_common_ancestor
+from .lifecycle import Cause, StopCause
 from .model import (
     ANY,
     DOMAIN,
@@ -538,7 +539,7 @@ class Cycle:
         for victim in plan.victims:
             grace = grace_for(victim.job, self.policy)
             reason = reasons.preempted_for_job(job, victim.job, victim.sides, self.policy.window)
-            self.preemptions.append(Preemption(victim.job.id, f"job:{job.id}", reason, grace=grace,
+            self.preemptions.append(Preemption(victim.job.id, str(StopCause(Cause.JOB, job.id)), reason, grace=grace,
                                                requeue=victim.job.resumable, preemptor=job.id))
             self.leave_at[victim.job.id] = self.now + grace
             ready = max(ready, self.now + grace)
@@ -588,7 +589,8 @@ class Cycle:
             grace = grace_for(moved, self.policy)
             reason = (f"moved out of {moves.domain} to make one whole NVLink domain for job {job.id} "
                       f"({reasons.need(job)}); resumes elsewhere from its last checkpoint")
-            self.preemptions.append(Preemption(moved.id, "defrag", reason, grace=grace, requeue=True, preemptor=job.id))
+            self.preemptions.append(Preemption(moved.id, str(Cause.DEFRAG), reason, grace=grace, requeue=True,
+                                               preemptor=job.id))
             self.leave_at[moved.id] = self.now + grace
             ready = max(ready, self.now + grace)
         self.victims.take({moved.id for moved in moves.moved})

@@ -41,6 +41,14 @@ RUNNING = "running"
 PREEMPTING = "preempting"
 
 WHOLE_GPU_MILLI = 1000
+
+
+def gpu_host(gpu_id: str) -> str:
+    """The host of a GPU id. Ids are `<host>:<index>` (`Host.gpus`), as pages and the API also write them
+    with a suffix (`@<milli>` for a fraction, `/<profile>@<slot>` for a MIG instance); host names are slugs,
+    so the first colon ends the host."""
+    return gpu_id.partition(":")[0]
+
 # The longest restart overhead a job may give (seconds; one day): the API's and the workload file's limit.
 MAX_RESTART_OVERHEAD = 86400
 

@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from .capacity import Capacity
 from .fairshare import gpu_amount
+from .lifecycle import Cause
 from .model import (
     PREEMPTING,
     Decisions,
@@ -186,7 +187,7 @@ class ClusterState:
             stopping = replace(job, state=PREEMPTING, preempted_for=preemption.preemptor,
                                grace_ends=now + preemption.grace)
             self.update_running(stopping)
-            if preemption.cause == "defrag":
+            if preemption.cause == Cause.DEFRAG:
                 self.recent_defrag.append(now)
         if self.recent_defrag:
             self.recent_defrag = [t for t in self.recent_defrag if now - DEFRAG_HOUR < t]
