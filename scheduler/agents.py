@@ -18,6 +18,7 @@ from django.utils import timezone
 from client.text import clean_output
 from scheduler.choices import LIVE_STATES, JobState
 from scheduler.core.capacity import per_host_share
+from scheduler.core.lifecycle import Cause, Outcome
 from scheduler.models import GpuAssignment, Job, JobProcess
 from scheduler.services import job_end_run
 from topology.choices import GpuHealth, HostState
@@ -237,14 +238,14 @@ def _record_process(host: Host, report: ProcessReport, now: datetime) -> None:
         # An agent's error is a whole sentence (`no such user on node-01-h01: asmith`, `rank 0 out of memory …`).
         cause = report.error or f"rank {report.rank} exited with {report.exit_code}"
         Job.objects.filter(pk=job.pk, stop_cause="").update(
-            stop_cause=f"failed: {cause}"[:200],
+            stop_cause=Cause.FAILED, stop_detail=cause[:200],
             stop_deadline=now + timezone.timedelta(seconds=job.cluster.grace_period_seconds),
         )
     if ranks.exclude(state__in=[JobProcess.State.EXITED, JobProcess.State.LOST]).exists():
         return
     exit_code = ranks.aggregate(worst=Max("exit_code"))["worst"]
     job.refresh_from_db()
-    job_end_run(job=job, outcome="exited", exit_code=exit_code, at=now, actor=f"agent:{host.name}")
+    job_end_run(job=job, outcome=Outcome.EXITED, exit_code=exit_code, at=now, actor=f"agent:{host.name}")
 
 
 def heartbeat_reply(host: Host, *, now: datetime, reported=(), refused=()) -> dict:
@@ -271,7 +272,7 @@ def heartbeat_reply(host: Host, *, now: datetime, reported=(), refused=()) -> di
         if job.stop_cause:
             grace_left = max(0.0, (job.stop_deadline - now).total_seconds()) if job.stop_deadline else 0.0
             stops.append({"job": job.pk, "run": process.run, "rank": process.rank, "grace": grace_left,
-                          "cause": job.stop_cause})
+                          "cause": job.shown_stop_cause})
             continue
         peers = rank_hosts.get(job.pk) or [host.address or host.name]
         gpus = gpus_by_job.get(job.pk, [])

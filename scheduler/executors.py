@@ -14,6 +14,7 @@ from django.db.models import Exists, OuterRef, Q
 
 from scheduler.choices import LIVE_STATES
 from scheduler.core.durations import format_duration
+from scheduler.core.lifecycle import Outcome
 from scheduler.models import GpuAssignment, Job
 from scheduler.services import job_end_run
 from topology.choices import Executor
@@ -73,12 +74,12 @@ def advance_simulated(cluster, *, now: datetime) -> int:
         if job.stop_cause:
             # Resumes exactly where it stopped (no checkpoint interval in the demo).
             with transaction.atomic():
-                if job_end_run(job=job, outcome="stopped", at=now, actor=EXECUTOR) is not None:
+                if job_end_run(job=job, outcome=Outcome.STOPPED, at=now, actor=EXECUTOR) is not None:
                     Job.objects.filter(pk=job.pk).update(work_done=min(needed, job.work_done + elapsed))
                     ended += 1
         elif job.work_done + elapsed >= needed:
             with transaction.atomic():
-                if job_end_run(job=job, outcome="exited", exit_code=0, at=now, actor=EXECUTOR) is not None:
+                if job_end_run(job=job, outcome=Outcome.EXITED, exit_code=0, at=now, actor=EXECUTOR) is not None:
                     Job.objects.filter(pk=job.pk).update(work_done=needed)
                     ended += 1
     return ended
@@ -95,11 +96,11 @@ def reconcile(cluster, *, now: datetime) -> int:
     holds_gpus = Exists(GpuAssignment.objects.filter(job=OuterRef("pk"), released_at__isnull=True))
     ended = 0
     for job in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).exclude(holds_gpus):
-        ended += job_end_run(job=job, outcome="lost", at=now, actor=EXECUTOR,
+        ended += job_end_run(job=job, outcome=Outcome.LOST, at=now, actor=EXECUTOR,
                              detail="run ended by reconciliation: it held no GPU") is not None
     for job in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES, stop_deadline__lt=overdue):
         ended += job_end_run(
-            job=job, outcome="lost", at=now, actor=EXECUTOR,
+            job=job, outcome=Outcome.LOST, at=now, actor=EXECUTOR,
             detail="its agent did not report the exit after SIGKILL was due; treated as lost",
         ) is not None
     return ended

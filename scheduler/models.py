@@ -5,6 +5,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Priority, Topology
+from scheduler.core.lifecycle import Cause, StopCause
 
 
 class JobQuerySet(models.QuerySet):
@@ -71,8 +72,10 @@ class Job(models.Model):
     pending_reason = models.CharField(max_length=1000, blank=True)
     estimated_start = models.DateTimeField(null=True, blank=True)
 
-    # A stop in progress (preemption, cancel, limit): why, and when SIGKILL falls.
+    # A stop in progress (preemption, cancel, limit, a failed rank): why (`scheduler.core.lifecycle.Cause` as
+    # written: `job:812`, `drain:<host>`, `failed`, …), what failed for `failed`, and when SIGKILL falls.
     stop_cause = models.CharField(max_length=200, blank=True)
+    stop_detail = models.CharField(max_length=200, blank=True)
     stop_deadline = models.DateTimeField(null=True, blank=True)
     # The job this one makes room for; its GPUs stay reserved for it meanwhile.
     preempted_for = models.ForeignKey(
@@ -131,6 +134,20 @@ class Job(models.Model):
         """The state as pages say it: a live job asked to stop (cancelled, failing) is `stopping` until its
         processes are gone, not `running` with a second Cancel button."""
         return "stopping" if self.state in (JobState.STARTING, JobState.RUNNING) and self.stop_cause else self.state
+
+    @property
+    def stop(self) -> StopCause | None:
+        """The stop in progress, typed (None: none); `failed` with what failed."""
+        if self.stop_cause == Cause.FAILED:
+            return StopCause(Cause.FAILED, self.stop_detail)
+        return StopCause.parse(self.stop_cause)
+
+    @property
+    def shown_stop_cause(self) -> str:
+        """The stop cause as the API and pages show it: `job:812`, `failed: rank 0 exited with 3`, …"""
+        if self.stop_cause == Cause.FAILED:
+            return str(StopCause(Cause.FAILED, self.stop_detail))
+        return self.stop_cause
 
     @property
     def protected_until(self):

@@ -155,7 +155,7 @@ def queue_view(cluster, *, user, limit: int = 500) -> dict:
     held = live_gpu_ids(job.pk for job in running)
     for job in running:
         job.gpu_ids = held.get(job.pk, [])
-        job.hosts = sorted({gpu_id.split(":")[0] for gpu_id in job.gpu_ids})
+        job.hosts = sorted({core.gpu_host(gpu_id) for gpu_id in job.gpu_ids})
     paths = unit_paths()
     demand: dict[int, dict] = {}
     for job in pending:

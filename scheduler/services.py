@@ -15,6 +15,7 @@ from client.execution import ENV_NAME, RESERVED_NAMES, RESERVED_PREFIXES
 from config.text import forbidden_in
 from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Priority, Topology
 from scheduler.core.durations import format_duration
+from scheduler.core.lifecycle import Cause, Outcome, StopCause, end_of_run
 from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess
 from scheduler.notify import job_ended
@@ -310,13 +311,13 @@ def job_cancel(*, job: Job, actor, reason: str = "", at: datetime | None = None)
         state=JobState.CANCELLED, ended_at=at, queue_position=None, pending_reason="", estimated_start=None,
         earmarked_gpus=[],
     ):
-        JobEvent.objects.create(job=job, at=at, kind=EventKind.CANCEL, actor=who, cause="cancel", detail=detail)
-    elif Job.objects.filter(pk=job.pk, state__in=LIVE_STATES).exclude(stop_cause="cancel").update(
-        stop_cause="cancel",
+        JobEvent.objects.create(job=job, at=at, kind=EventKind.CANCEL, actor=who, cause=Cause.CANCEL, detail=detail)
+    elif Job.objects.filter(pk=job.pk, state__in=LIVE_STATES).exclude(stop_cause=Cause.CANCEL).update(
+        stop_cause=Cause.CANCEL, stop_detail="",
         stop_deadline=at + timezone.timedelta(seconds=job.cluster.grace_period_seconds),
     ):
         JobEvent.objects.create(
-            job=job, at=at, kind=EventKind.CANCEL, actor=who, cause="cancel",
+            job=job, at=at, kind=EventKind.CANCEL, actor=who, cause=Cause.CANCEL,
             detail=f"{detail}; stopping its processes",
         )
     job.refresh_from_db()
@@ -332,65 +333,56 @@ def release_gpus(job: Job, *, at: datetime, hosts=None) -> int:
 
 
 @transaction.atomic
-def job_end_run(*, job: Job, outcome: str, at: datetime, actor: str, cause: str = "", detail: str = "",
-                exit_code: int | None = None) -> Job | None:
-    """End the current run of a live job and decide what becomes of it.
+def job_end_run(*, job: Job, outcome: Outcome, at: datetime, actor: str, cause: StopCause | None = None,
+                detail: str = "", exit_code: int | None = None) -> Job | None:
+    """End the current run of a live job and do what `core.lifecycle.end_of_run` decides becomes of it.
 
     `outcome` is what happened to the processes: `exited` (with `exit_code`),
-    `stopped` (for the job's stop_cause), or `lost` (its host went down).
+    `stopped` (for the job's stop cause), or `lost` (its host went down).
+    `cause`, when given, is why instead of the job's own stop cause (a host down).
     Returns None when another writer got there first (compare-and-swap).
     """
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.state not in LIVE_STATES:
         return None
-    stop = cause or job.stop_cause
+    outcome = Outcome(outcome)
+    stop = cause or job.stop
+    end = end_of_run(outcome, stop, job.resumable, exit_code)
+    state, kind = JobState(end.state), EventKind(end.event)
     run_seconds = (at - job.run_started_at).total_seconds() if job.run_started_at else 0
-    if outcome == "exited" and exit_code == 0 and not stop:
-        state, kind = JobState.COMPLETED, EventKind.FINISH
-    elif stop == "cancel":
-        state, kind = JobState.CANCELLED, EventKind.STOP
-    elif stop == "max_runtime" or stop.startswith("failed"):
-        # Its own limit, or one of its ranks failed: never requeued.
-        state, kind = JobState.FAILED, EventKind.STOP if stop == "max_runtime" else EventKind.FAIL
-    elif stop or outcome == "lost":
-        # Preempted (fairness, drain, defrag) or lost with its host: resumable jobs requeue.
-        state = JobState.PENDING if job.resumable else (JobState.PREEMPTED if outcome != "lost" else JobState.FAILED)
-        kind = EventKind.REQUEUE if state == JobState.PENDING else (
-            EventKind.STOP if state == JobState.PREEMPTED else EventKind.FAIL)
-    else:
-        state, kind = JobState.FAILED, EventKind.FAIL
 
     release_gpus(job, at=at)
     unfinished = [JobProcess.State.ASSIGNED, JobProcess.State.RUNNING]
     JobProcess.objects.filter(job=job, run=job.run, state__in=unfinished).update(
-        state=JobProcess.State.LOST if outcome == "lost" else JobProcess.State.EXITED, ended_at=at
+        state=JobProcess.State.LOST if outcome == Outcome.LOST else JobProcess.State.EXITED, ended_at=at
     )
     updates = {
-        "state": state, "stop_cause": "", "stop_deadline": None, "preempted_for": None, "exit_code": exit_code,
+        "state": state, "stop_cause": "", "stop_detail": "", "stop_deadline": None, "preempted_for": None,
+        "exit_code": exit_code,
     }
-    # Causes are written "failed: …" where they arise (a rank's exit, its agent's report): said once here.
-    reason = stop.removeprefix("failed: ") if stop.startswith("failed: ") else (stop or outcome)
     if state == JobState.FAILED:
-        updates["failure_reason"] = reason[:500]
-    if state == JobState.PENDING:
+        updates["failure_reason"] = end.failure_reason[:500]
+    if end.requeue:
         updates.update(
             restarts=F("restarts") + 1, run_started_at=None, run_protected_until=None,
             pending_reason="requeued; waiting for the next tick",
         )
-        if stop:
+        if end.backs_off:
             updates["requeued_at"] = at  # an unallocated job backs off from here (`core.model.backoff`)
     else:
         updates.update(ended_at=at)
     Job.objects.filter(pk=job.pk).update(**updates)
+    written = str(stop) if stop else ""
     summary = detail or {
         JobState.COMPLETED: f"finished after {format_duration(run_seconds)}",
         JobState.CANCELLED: "stopped after cancel",
         JobState.PENDING: f"requeued with its original submit time after {format_duration(run_seconds)} "
-                          f"({stop or 'host lost'})",
-        JobState.PREEMPTED: f"preempted and not resumable: stopped for good ({stop})",
-        JobState.FAILED: f"failed: {reason}" + (f", exit code {exit_code}" if exit_code is not None else ""),
+                          f"({written or 'host lost'})",
+        JobState.PREEMPTED: f"preempted and not resumable: stopped for good ({written})",
+        JobState.FAILED: f"failed: {end.failure_reason}"
+                         + (f", exit code {exit_code}" if exit_code is not None else ""),
     }[state]
-    JobEvent.objects.create(job=job, at=at, kind=kind, actor=actor, cause=stop, detail=summary)
+    JobEvent.objects.create(job=job, at=at, kind=kind, actor=actor, cause=written[:200], detail=summary)
     if state in FINAL_STATES:
         job_ended(job.pk, summary=summary, at=at)
     job.refresh_from_db()

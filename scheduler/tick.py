@@ -19,6 +19,8 @@ from scheduler import core
 from scheduler.choices import LIVE_STATES, EventKind, JobState
 from scheduler.core import mig as mig_geometry
 from scheduler.core.durations import format_duration
+from scheduler.core.lifecycle import Cause, Outcome, StopCause
+from scheduler.core.model import gpu_host
 from scheduler.executors import advance_simulated, expire_heartbeats, reconcile
 from scheduler.history import after_tick
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess, Tick
@@ -170,7 +172,7 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
         for pk in gpu_pks
     ])
     job = Job.objects.only("restarts").get(pk=job_pk)
-    hosts = sorted({gpu_id.rsplit(":", 1)[0] for gpu_id in start.gpu_ids})
+    hosts = sorted({gpu_host(gpu_id) for gpu_id in start.gpu_ids})
     JobProcess.objects.bulk_create([
         JobProcess(job_id=job_pk, host_id=tick_input.host_pks[host], run=job.restarts, rank=rank)
         for rank, host in enumerate(hosts)
@@ -190,7 +192,8 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
 
 def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: datetime) -> bool:
     job_pk = int(preemption.job_id)
-    if preemption.cause.startswith("down:"):
+    cause = StopCause.parse(preemption.cause)
+    if cause.kind is Cause.DOWN:
         # The host is gone and its processes with it: the run ends now.
         job = Job.objects.filter(pk=job_pk, state__in=LIVE_STATES).first()
         if job is None:
@@ -199,7 +202,7 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
                                 cause=preemption.cause, detail=preemption.reason)
         Job.objects.filter(pk=job_pk).update(preemptions=F("preemptions") + 1)
         job_preempted(job_pk, reason=preemption.reason, requeue=job.resumable, at=now)
-        return job_end_run(job=job, outcome="lost", at=now, actor=SCHEDULER, cause=preemption.cause) is not None
+        return job_end_run(job=job, outcome=Outcome.LOST, at=now, actor=SCHEDULER, cause=cause) is not None
     claimed = Job.objects.filter(pk=job_pk, state__in=[JobState.STARTING, JobState.RUNNING], stop_cause="").update(
         state=JobState.PREEMPTING, stop_cause=preemption.cause,
         stop_deadline=now + timedelta(seconds=preemption.grace),
@@ -252,7 +255,7 @@ def _write_earmarks(tick_input: TickInput, decisions: core.Decisions, now: datet
 
 
 def _hosts_label(gpu_ids) -> str:
-    hosts = sorted({gpu_id.rsplit(":", 1)[0] for gpu_id in gpu_ids})
+    hosts = sorted({gpu_host(gpu_id) for gpu_id in gpu_ids})
     return ", ".join(hosts[:4]) + (f" and {len(hosts) - 4} more hosts" if len(hosts) > 4 else "")
 
 

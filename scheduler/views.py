@@ -17,7 +17,9 @@ from budgets.selectors import posix_account
 from scheduler.api.serializers import job_request
 from scheduler.api.views import command_visibility
 from scheduler.core.durations import format_duration, parse_cli_duration
+from scheduler.core.lifecycle import Cause
 from scheduler.core.mig import PROFILES as MIG_PROFILES
+from scheduler.core.model import gpu_host
 from scheduler.executors import default_duration
 from scheduler.forms import HistoryForm, UsageForm
 from scheduler.models import Job
@@ -62,7 +64,7 @@ def job_detail(request, pk):
         "events": job.events.order_by("at", "id"),
         "gpu_ids": gpu_ids,
         "where": _where(gpu_ids),
-        "hosts": sorted({gpu_id.split(":")[0] for gpu_id in gpu_ids}),
+        "hosts": sorted({gpu_host(gpu_id) for gpu_id in gpu_ids}),
         "pending_total": Job.objects.pending().filter(cluster=job.cluster).count() if job.state == "pending" else 0,
         "work": _simulated_work(job),
         "processes": job.processes.filter(run=run).select_related("host").order_by("rank"),
@@ -70,7 +72,7 @@ def job_detail(request, pk):
         "runs": list(range(job.restarts + 1)),
         "show_command": command_visibility(request.user)(job),
         "account": posix_account(job.user),
-        "can_cancel": can_cancel(request.user, job) and not job.is_final and job.stop_cause != "cancel",
+        "can_cancel": can_cancel(request.user, job) and not job.is_final and job.stop_cause != Cause.CANCEL,
     }
     template = "scheduler/_job_body.html" if request.htmx else "scheduler/job_detail.html"
     return render(request, template, context)
@@ -146,7 +148,7 @@ def job_history_view(request):
                      job.submitted_at.isoformat(), job.started_at.isoformat() if job.started_at else "",
                      job.ended_at.isoformat() if job.ended_at else "", _elapsed(job) or "",
                      "" if job.exit_code is None else job.exit_code, job.preemptions, job.restarts,
-                     job.failure_reason or job.stop_cause or job.pending_reason]
+                     job.failure_reason or job.shown_stop_cause or job.pending_reason]
                     for job in selection.iterator(chunk_size=1000)))
             total = selection.count()
             first = (page - 1) * HISTORY_ROWS

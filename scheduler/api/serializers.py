@@ -5,7 +5,7 @@ from rest_framework.fields import ProhibitSurrogateCharactersValidator
 
 from scheduler.choices import Priority, Topology
 from scheduler.core.mig import PROFILES as MIG_PROFILES
-from scheduler.core.model import MAX_RESTART_OVERHEAD
+from scheduler.core.model import MAX_RESTART_OVERHEAD, gpu_host
 from scheduler.models import Job, JobEvent
 from scheduler.services import JobRequest
 
@@ -92,6 +92,8 @@ class JobSerializer(serializers.ModelSerializer):
     gpu_ids = serializers.SerializerMethodField()
     hosts = serializers.SerializerMethodField()
     submitted_at = serializers.DateTimeField()
+    # `failed: <what failed>` for a failed rank (kept as two fields).
+    stop_cause = serializers.CharField(source="shown_stop_cause", read_only=True)
     command = serializers.SerializerMethodField()
     workdir = serializers.SerializerMethodField()
     env = serializers.SerializerMethodField()
@@ -117,7 +119,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_hosts(self, job):
-        return sorted({gpu_id.split(":")[0] for gpu_id in self.get_gpu_ids(job)})
+        return sorted({gpu_host(gpu_id) for gpu_id in self.get_gpu_ids(job)})
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_command(self, job):

@@ -3,6 +3,7 @@ from django.utils import timezone
 
 from scheduler.core.durations import format_duration
 from scheduler.core.hostlist import compress
+from scheduler.core.model import gpu_host
 from scheduler.core.reasons import format_percent
 
 register = template.Library()
@@ -87,7 +88,7 @@ def gpu_summary(detail):
     gpu_ids = str(detail or "").split()
     if not gpu_ids or not all(":" in gpu_id for gpu_id in gpu_ids):
         return detail
-    hosts = compress({gpu_id.rsplit(":", 1)[0] for gpu_id in gpu_ids})
+    hosts = compress({gpu_host(gpu_id) for gpu_id in gpu_ids})
     if len(gpu_ids) == 1:
         return f"GPU {gpu_ids[0]}"
     return f"{len(gpu_ids)} GPUs on {hosts}"

@@ -115,6 +115,36 @@ def test_a_failing_rank_fails_the_job_without_requeue(agent_cluster, api):
     assert job.events.last().cause == "failed: rank 0 exited with 3"
 
 
+def test_a_failing_rank_stops_the_others_and_every_reader_sees_what_failed(agent_cluster, api):
+    hosts = ["hgx-02-h01", "hgx-03-h01"]  # not the fast lane's
+    for host in hosts:
+        beat(as_agent(api, host), host)
+    Host.objects.exclude(name__in=hosts).update(state=HostState.DOWN, state_reason="test: out of service")
+    job = make_job(gpus=16, min_runtime=600)
+    run_tick(agent_cluster)
+    job.refresh_from_db()
+    assert JobProcess.objects.filter(job=job).count() == 2, job.pending_reason
+    beat(as_agent(api, hosts[0]), hosts[0],
+         processes=[{"job": job.pk, "run": 0, "rank": 0, "state": "exited", "exit_code": 3}])
+    # The cause and what failed are kept apart; the agent, the API and the pages read them as one.
+    job.refresh_from_db()
+    assert (job.state, job.stop_cause, job.stop_detail) == ("starting", "failed", "rank 0 exited with 3")
+    reply = beat(as_agent(api, hosts[1]), hosts[1],
+                 processes=[{"job": job.pk, "run": 0, "rank": 1, "state": "running"}]).json()
+    assert [stop["cause"] for stop in reply["stops"]] == ["failed: rank 0 exited with 3"]
+    shown = api.as_user(job.user).get(f"/api/v1/jobs/{job.pk}/").json()
+    assert (shown["state"], shown["stop_cause"]) == ("starting", "failed: rank 0 exited with 3")
+    beat(as_agent(api, hosts[1]), hosts[1],
+         processes=[{"job": job.pk, "run": 0, "rank": 1, "state": "exited", "exit_code": 143}])
+    job.refresh_from_db()
+    assert (job.state, job.exit_code, job.failure_reason) == ("failed", 143, "rank 0 exited with 3")
+    assert (job.stop_cause, job.stop_detail, job.restarts) == ("", "", 0)
+    event = job.events.get(kind="fail")
+    assert event.cause == "failed: rank 0 exited with 3"
+    assert event.detail == "failed: rank 0 exited with 3, exit code 143"
+    assert api.as_user(job.user).get(f"/api/v1/jobs/{job.pk}/").json()["stop_cause"] == ""
+
+
 # ---------------------------------------------------------------- one bad entry never costs the heartbeat
 
 
