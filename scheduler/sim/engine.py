@@ -16,7 +16,8 @@ of its grace period (or finishes first if its work is done), keeping the work
 up to its last checkpoint (every `checkpoint_every` seconds of its run's
 progress, or all of it when it resumes exactly); resumable jobs requeue with
 their original submit time, others stop (`preempted`, or `failed` when their
-host went down). A restarted run (every run of a job after its first) holds
+host went down or for their maximum runtime): what becomes of a job whose run
+ends is `core.lifecycle.end_of_run`'s, as live. A restarted run (every run of a job after its first) holds
 its GPUs for the job's restart overhead (`restart_overhead`, else the cluster
 policy's) before it makes progress again: a run that starts at s with an
 overhead o and w seconds of work left finishes at s + o + w, checkpoints at
@@ -47,6 +48,7 @@ from scheduler.core import model as core
 from scheduler.core.engine import decide as decide_on_state
 from scheduler.core.engine import schedule
 from scheduler.core.fairshare import gpu_amount, share_of_cluster
+from scheduler.core.lifecycle import Cause, EndEvent, EndState, Outcome, StopCause, end_of_run
 from scheduler.core.quiet import quiet_until
 from scheduler.core.state import ClusterState
 
@@ -70,6 +72,14 @@ PREEMPTING = "preempting"
 COMPLETED = "completed"
 PREEMPTED = "preempted"
 FAILED = "failed"
+
+# events.csv's detail of a run that ended the job, by what `end_of_run` decided.
+_END_DETAIL = {
+    (EndState.COMPLETED, EndEvent.FINISH): "",
+    (EndState.FAILED, EndEvent.FAIL): "host down; not resumable",
+    (EndState.FAILED, EndEvent.STOP): "reached its maximum runtime",
+    (EndState.PREEMPTED, EndEvent.STOP): "preempted; not resumable",
+}
 
 
 @dataclass(frozen=True)
@@ -108,7 +118,7 @@ class Run:
     """One job's life in the simulation (mutable; one per job)."""
 
     __slots__ = ("job", "index", "state", "done", "pending", "running", "start", "gpu_ids", "milli", "host",
-                 "version", "first_start", "end", "preemptions", "requeue", "preempted_for", "grace_ends",
+                 "version", "first_start", "end", "preemptions", "preempted_for", "grace_ends",
                  "klass", "amount", "head", "tenure", "planned_end", "lost", "earmarks", "next_checkpoint",
                  "stop_cause", "requeued_at", "progress_from", "held", "overhead_lost", "starts")
 
@@ -127,7 +137,6 @@ class Run:
         self.first_start: float | None = None
         self.end: float | None = None
         self.preemptions = 0
-        self.requeue = False
         self.preempted_for: str | None = None
         self.grace_ends: float | None = None
         self.klass = job_class(job.gpus, job.min_runtime)
@@ -141,7 +150,8 @@ class Run:
         # GPUs claimed for it since it preempted jobs (rule 4), as the core last decided.
         self.earmarks: set[str] = set()
         self.next_checkpoint: float | None = None
-        self.stop_cause = ""
+        # What is stopping its run (None: nothing).
+        self.stop_cause: StopCause | None = None
         self.requeued_at: float | None = None
         # When the current run makes progress: its start, plus the restart overhead for a restart.
         self.progress_from = 0.0
@@ -339,10 +349,7 @@ class Simulation:
             self.last_active = when
             if kind == LEAVE:
                 run = payload
-                if detail == FINISH:
-                    self._end(run, when, COMPLETED)
-                else:
-                    self._end(run, when, PENDING if run.requeue else "stopped")
+                self._end(run, when, Outcome.FINISHED if detail == FINISH else Outcome.STOPPED)
             elif kind == ARRIVAL:
                 self._submit(payload, when)
             elif kind == FAULT:
@@ -499,21 +506,21 @@ class Simulation:
 
     def _preempt(self, preemption: core.Preemption, when: float) -> None:
         run = self.by_id[preemption.job_id]
-        down = preemption.cause.startswith("down:")
+        cause = StopCause.parse(preemption.cause)
+        down = cause.kind is Cause.DOWN
         if run.state != RUNNING and not (run.state == PREEMPTING and down):
             return
         self._log(when, run.job.id, "preempt", preemption.cause)
-        run.stop_cause = preemption.cause
-        if preemption.cause != "max_runtime":
+        run.stop_cause = cause
+        if cause.kind is not Cause.MAX_RUNTIME:
             run.preemptions += 1
         if preemption.preemptor:
             self.preemptions_for.append((when, preemption.preemptor, run.job.id, preemption.grace))
         if down:
-            run.requeue = preemption.requeue
-            self._end(run, when, PENDING if preemption.requeue else FAILED)
+            # The host is gone and the run with it.
+            self._end(run, when, Outcome.LOST)
             return
         run.state = PREEMPTING
-        run.requeue = preemption.requeue
         run.grace_ends = when + preemption.grace
         run.preempted_for = preemption.preemptor
         run.running = replace(run.running, state=core.PREEMPTING, preempted_for=preemption.preemptor,
@@ -522,16 +529,19 @@ class Simulation:
         if run.grace_ends < run.planned_end:
             self._push(run.grace_ends, LEAVE, run, GRACE_END, run.version)
 
-    def _end(self, run: Run, when: float, outcome: str) -> None:
-        """End the current run: `completed`, `pending` (requeued), `stopped` (preempted, not requeued), failed."""
+    def _end(self, run: Run, when: float, outcome: Outcome) -> None:
+        """End the current run (`finished`: its work is done; `stopped` at the end of its grace; `lost` with its
+        host); what becomes of the job is `core.lifecycle.end_of_run`'s, the work it keeps is the simulator's."""
         job = run.job
+        stop_cause, run.stop_cause = run.stop_cause, None
+        end = end_of_run(outcome, stop_cause, job.resumable)
         run.version += 1
         elapsed = max(0.0, when - run.start)
         # Seconds of progress this run made (after its restart overhead).
         progress = max(0.0, when - max(run.start, run.progress_from))
-        if outcome == COMPLETED or run.stop_cause == "max_runtime":
+        if end.state is EndState.COMPLETED or (stop_cause is not None and stop_cause.kind is Cause.MAX_RUNTIME):
             kept = progress
-        elif not job.resumable or outcome == FAILED or outcome == "stopped":
+        elif not job.resumable or not end.requeue:
             kept = 0.0
         elif job.checkpoint_every is None:
             kept = progress
@@ -552,30 +562,18 @@ class Simulation:
         run.running = None
         run.preempted_for = None
         run.grace_ends = None
-        stop_cause, run.stop_cause = run.stop_cause, ""
         run.gpu_ids = ()
-        if outcome == COMPLETED:
-            run.state = COMPLETED
-            run.end = when
-            self._log(when, job.id, "finish")
-        elif outcome == PENDING:
-            run.state = PENDING
-            if stop_cause:
+        run.state = end.state.value
+        if end.requeue:
+            if end.backs_off:
                 run.requeued_at = when
             run.pending = self._pending_job(run)
             self.state.submit(run.pending)
             lost = f"lost {elapsed - kept:g} s of work" if kept < elapsed else "lost no work"
-            self._log(when, job.id, "requeue", lost)
+            self._log(when, job.id, end.event.value, lost)
             return
-        elif outcome == FAILED:
-            run.state = FAILED
-            run.end = when
-            self._log(when, job.id, "fail", "host down; not resumable")
-        else:
-            run.state = FAILED if stop_cause == "max_runtime" else PREEMPTED
-            run.end = when
-            self._log(when, job.id, "stop", "reached its maximum runtime" if run.state == FAILED
-                      else "preempted; not resumable")
+        run.end = when
+        self._log(when, job.id, end.event.value, _END_DETAIL[end.state, end.event])
         self.finished_jobs += 1
         self.tracker.total_demand(-run.amount)
         if job.allocated:
