@@ -110,10 +110,6 @@ class EndOfRun:
     def requeue(self) -> bool:
         return self.state is EndState.PENDING
 
-    @property
-    def final(self) -> bool:
-        return self.state is not EndState.PENDING
-
 
 def end_of_run(outcome: Outcome, cause: StopCause | None, resumable: bool,
                exit_code: int | None = None) -> EndOfRun:

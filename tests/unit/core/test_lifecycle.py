@@ -109,7 +109,7 @@ def test_every_row(row, expected) -> None:
     for resumable, (state, event) in zip((True, False), expected, strict=True):
         end = end_of_run(outcome, CAUSES[cause], resumable, exit_code)
         assert (end.state, end.event) == (state, event), f"resumable={resumable}"
-        assert end.requeue == (state is EndState.PENDING) and end.final == (not end.requeue)
+        assert end.requeue == (state is EndState.PENDING)
         # A requeue backs off from now when something stopped the job; a run lost with no cause does not.
         assert end.backs_off == (end.requeue and CAUSES[cause] is not None)
         assert bool(end.failure_reason) == (state is EndState.FAILED)
