@@ -17,9 +17,10 @@ up to its last checkpoint (every `checkpoint_every` seconds of its run's
 progress, or all of it when it resumes exactly); resumable jobs requeue with
 their original submit time, others stop (`preempted`, or `failed` when their
 host went down or for their maximum runtime): what becomes of a job whose run
-ends is `core.lifecycle.end_of_run`'s, as live. A restarted run (every run of a job after its first) holds
-its GPUs for the job's restart overhead (`restart_overhead`, else the cluster
-policy's) before it makes progress again: a run that starts at s with an
+ends is `core.lifecycle.end_of_run`'s, as live. A restarted run (every run of
+a job after its first) holds its GPUs for the job's restart overhead
+(`restart_overhead`, else the cluster policy's) before it makes progress
+again: a run that starts at s with an
 overhead o and w seconds of work left finishes at s + o + w, checkpoints at
 s + o + k × checkpoint_every. What a run held and did not keep is lost work:
 its overhead and whatever it did since its last checkpoint (all of it for a
