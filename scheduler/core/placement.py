@@ -302,7 +302,8 @@ def _shared_placement(req: JobRequest, capacity: Capacity, host_ok: HostFilter) 
                 best = whole
         if best is not None:
             host = best.parts[0][0]
-            own = host.earmarked.get(req.job_id, ())
+            # A whole GPU it claimed, else a free one: a claim on a GPU others still share is no whole GPU.
+            own = [gpu for gpu in host.earmarked.get(req.job_id, ()) if gpu not in host.milli_used]
             return Placement(best.parts, (1,) + best.key, shared_gpu=own[0] if own else host.free[0])
     return None
 

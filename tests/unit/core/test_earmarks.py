@@ -138,6 +138,28 @@ def test_a_fraction_claims_the_milli_gpu_its_victims_give_back() -> None:
     assert after.earmarks == {}
 
 
+def test_a_fraction_whose_victims_still_share_its_claimed_gpu_never_starts_on_it() -> None:
+    """q's 470-milli job preempted a 320-milli unallocated job on a GPU it shares with another 320: while
+    that victim is in its grace period, a whole GPU of the host frees up. q starts there, never on the claimed
+    GPU, which its victim and the other job still hold 640 milli of (the openb replay once put 1,110 on it)."""
+    host = "hgx-00-h01"
+    shared, whole = gpus_of(host, 1), gpus_of(host, 1, first=1)
+    topo = topology(domain("hgx-00", 1, 2, gpu_type="H100"))
+    leaving = running("u-go", "u", shared, start_time=DAY - 300, gpu_milli=320, min_runtime=0,
+                      state=PREEMPTING, preempted_for="q-frac", grace_ends=DAY + 5)
+    staying = running("u-stay", "u", shared, start_time=DAY - 300, gpu_milli=320, min_runtime=0)
+    busy = running("p-whole", "p", whole, start_time=0, min_runtime=30 * DAY)
+    claimant = pending("q-frac", "q", 1, gpu_milli=470, submit_time=DAY - 10, seq=5, earmarked_gpus=shared)
+    waiting = schedule(snapshot(topo, ORG, running_jobs=[leaving, staying, busy], pending_jobs=[claimant]),
+                       now=DAY, policy=POLICY)
+    assert waiting.starts == ()  # 360 milli free on its claim: it waits for its victim
+    assert waiting.earmarks == {"q-frac": shared}
+    freed = schedule(snapshot(topo, ORG, running_jobs=[leaving, staying], pending_jobs=[claimant]),
+                     now=DAY, policy=POLICY)
+    assert [(s.job_id, s.gpu_ids, s.gpu_milli) for s in freed.starts] == [("q-frac", whole, 470)]
+    assert freed.earmarks == {}
+
+
 # ---------------------------------------------------------------- the property
 
 HOSTS = ("hgx-00", "hgx-01", "hgx-02")
