@@ -47,6 +47,16 @@ def per_host_share(total: int, gpus_here: int, gpus: int) -> int:
     return -(-total * gpus_here // gpus)
 
 
+def resources_on(job: RunningJob, host: str, gpu_host: dict[str, str]) -> tuple[int, int]:
+    """(CPUs, GiB of memory) a running job holds on one host."""
+    if not job.gpu_ids:
+        return (job.cpus, job.memory_gib) if job.host == host else (0, 0)
+    here = sum(1 for gpu in job.gpu_ids if (gpu_host.get(gpu) or gpu.rsplit(":", 1)[0]) == host)
+    if not here:
+        return 0, 0
+    return per_host_share(job.cpus, here, len(job.gpu_ids)), per_host_share(job.memory_gib, here, len(job.gpu_ids))
+
+
 def running_job_hosts(job: RunningJob, gpu_host: dict[str, str]) -> dict[str, list[str]]:
     """The job's GPUs by host name, hosts in name order (CPU-only jobs: its host)."""
     by_host: dict[str, list[str]] = {}
@@ -101,6 +111,9 @@ class HostState:
     # Pending fraction job id -> (GPU, milli-GPU) held for it on a GPU shared with others (rule 4), counted
     # in `milli_used` until it starts.
     milli_held: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # Pending job id -> (CPUs, GiB of memory) held for its claim here beyond what its victims here give back
+    # (rule 4), out of `cpus_free` and `memory_free` until it starts: nobody takes what its plan counted on.
+    resources_held: dict[str, tuple[int, int]] = field(default_factory=dict)
     # Running jobs holding GPUs (or, CPU-only, CPUs) here, any state; and pending
     # jobs holding earmarked GPUs here, as if started at the tick.
     jobs: list[RunningJob] = field(default_factory=list)
@@ -333,10 +346,13 @@ class Capacity:
         if not owners:
             return
         leaving: dict[tuple[str, str], int] = {}  # (claimant, GPU) -> milli its victims hold there
+        victims: dict[str, list[RunningJob]] = {}  # claimant -> the jobs leaving for it
         for job in running:
-            if job.preempted_for is not None and len(job.gpu_ids) == 1:
-                key = (job.preempted_for, job.gpu_ids[0])
-                leaving[key] = leaving.get(key, 0) + job.gpu_milli
+            if job.preempted_for is not None:
+                victims.setdefault(job.preempted_for, []).append(job)
+                if len(job.gpu_ids) == 1:
+                    key = (job.preempted_for, job.gpu_ids[0])
+                    leaving[key] = leaving.get(key, 0) + job.gpu_milli
         for job in sorted(owners, key=lambda j: (j.submit_time, j.seq, j.id)):
             shared = job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI and not job.mig_profile
             held: list[str] = []
@@ -352,6 +368,14 @@ class Capacity:
                     hold = job.gpu_milli - leaving.get((job.id, gpu), 0)
                     self.hold_milli(job.id, host, gpu, hold)
                     host.earmarked.setdefault(job.id, [gpu])
+            if job.cpus or job.memory_gib:
+                by_host: dict[str, int] = {}
+                for gpu in job.earmarked_gpus:
+                    name = self.gpu_host.get(gpu)
+                    if name is not None:
+                        by_host[name] = by_host.get(name, 0) + 1
+                for name, count in sorted(by_host.items()):
+                    self.hold_resources(job, self.hosts[name], count, victims.get(job.id, ()))
             if held:
                 as_running = RunningJob(job.id, job.project, tuple(held), now, job.min_runtime, job.resumable,
                                         job.submit_time, job.seq, max_runtime=job.max_runtime)
@@ -377,6 +401,8 @@ class Capacity:
             host.jobs.remove(stand_in)
         self._claim_jobs = []
         for host in self.hosts.values():
+            for job_id in sorted(host.resources_held):
+                self._return_resources(job_id, host)
             if host.earmarked or host.milli_held:
                 for job_id in sorted(set(host.earmarked) | set(host.milli_held)):
                     self.release_earmarks(job_id, host.earmarked.get(job_id, ()) or
@@ -420,7 +446,7 @@ class Capacity:
         hosts = tuple(
             (h.name, h.state, h.gpu_count, tuple(h.free), h.cpus_free, h.memory_free,
              tuple(sorted(h.milli_used.items())), tuple(sorted((k, tuple(v)) for k, v in h.earmarked.items())),
-             tuple(sorted(h.milli_held.items())),
+             tuple(sorted(h.milli_held.items())), tuple(sorted(h.resources_held.items())),
              tuple(sorted(j.id for j in h.jobs)), h.group.domain if h.group is not None else None,
              h.reserved_until, h.reserved_for)
             for h in self.hosts.values()
@@ -623,6 +649,8 @@ class Capacity:
         """Allocate a placement; returns the GPU ids, the job's earmarked ones first."""
         taken: list[str] = []
         for host, count in parts:
+            # What was held for its claim here is its own (owners are never trial jobs).
+            self._return_resources(job_id, host)
             cpus_here = per_host_share(cpus, count, gpus)
             memory_here = per_host_share(memory_gib, count, gpus)
             if host.cpus_free is not None:
@@ -750,10 +778,38 @@ class Capacity:
         if pool is not None and used < WHOLE_GPU_MILLI:
             insort(pool.shared, (WHOLE_GPU_MILLI - used, host.name, gpu))
 
+    def hold_resources(self, job, host: HostState, count: int, leaving) -> None:
+        """Hold the CPUs and memory a claimant needs for `count` of its GPUs on `host`, beyond what the jobs
+        `leaving` for it there give back when they go (rule 4); as much as is free, never below zero."""
+        cpus, memory = per_host_share(job.cpus, count, job.gpus), per_host_share(job.memory_gib, count, job.gpus)
+        for victim in leaving:
+            back_cpus, back_memory = resources_on(victim, host.name, self.gpu_host)
+            cpus, memory = cpus - back_cpus, memory - back_memory
+        cpus = 0 if host.cpus_free is None else max(0, min(cpus, host.cpus_free))
+        memory = 0 if host.memory_free is None else max(0, min(memory, host.memory_free))
+        if not cpus and not memory:
+            return
+        before = host.resources_held.get(job.id, (0, 0))
+        host.resources_held[job.id] = (before[0] + cpus, before[1] + memory)
+        if cpus:
+            host.cpus_free -= cpus
+        if memory:
+            host.memory_free -= memory
+
+    def _return_resources(self, job_id: str, host: HostState) -> None:
+        held = host.resources_held.pop(job_id, None)
+        if held is None:
+            return
+        if held[0]:
+            host.cpus_free += held[0]
+        if held[1]:
+            host.memory_free += held[1]
+
     def release_earmarks(self, job_id: str, gpu_ids) -> None:
         """A claim dropped or no longer needed: its free GPUs (and held milli-GPU) are anyone's again."""
         names = sorted({self.gpu_host[gpu] for gpu in gpu_ids if gpu in self.gpu_host})
         for host in (self.hosts[name] for name in names):
+            self._return_resources(job_id, host)
             gpus = host.earmarked.pop(job_id, None)
             held = host.milli_held.pop(job_id, None)
             if held is not None and held[1] > 0:

@@ -554,15 +554,20 @@ class Cycle:
         claim = self.claims.setdefault(job.id, set())
         capacity = self.capacity
         gpu_host = capacity.gpu_host
+        leaving = [victim.job for victim in plan.victims]
         if self._request(job).shared:
             if plan.gpu is not None:
                 host = capacity.hosts[gpu_host[plan.gpu]]
                 claim.add(plan.gpu)
                 if job.id not in host.milli_held:
-                    leaving = sum(v.job.gpu_milli for v in plan.victims if plan.gpu in v.job.gpu_ids)
-                    capacity.hold_milli(job.id, host, plan.gpu, job.gpu_milli - leaving)
+                    freed = sum(v.job.gpu_milli for v in plan.victims if plan.gpu in v.job.gpu_ids)
+                    capacity.hold_milli(job.id, host, plan.gpu, job.gpu_milli - freed)
+                if (job.cpus or job.memory_gib) and job.id not in host.resources_held:
+                    capacity.hold_resources(job, host, 1, leaving)
             return
         for host, count in plan.parts:
+            if (job.cpus or job.memory_gib) and job.id not in host.resources_held:
+                capacity.hold_resources(job, host, count, leaving)
             own = host.earmarked.get(job.id, ())
             claim.update(own)
             released = plan.released.get(host.name, 0)

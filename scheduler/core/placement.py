@@ -161,12 +161,16 @@ class Placement:
 def room(host: HostState, req: JobRequest, extra: Release = NOTHING) -> int:
     """How many of the job's GPUs this host could take (CPU and memory included)."""
     count = len(host.free) + extra.gpus
+    cpus, memory = extra.cpus, extra.memory_gib
     if req.earmarked:
         count += len(host.earmarked.get(req.job_id, ()))
+        held = host.resources_held.get(req.job_id)
+        if held is not None:
+            cpus, memory = cpus + held[0], memory + held[1]
     if req.cpus and host.cpus_free is not None:
-        count = min(count, (host.cpus_free + extra.cpus) * req.gpus // req.cpus)
+        count = min(count, (host.cpus_free + cpus) * req.gpus // req.cpus)
     if req.memory_gib and host.memory_free is not None:
-        count = min(count, (host.memory_free + extra.memory_gib) * req.gpus // req.memory_gib)
+        count = min(count, (host.memory_free + memory) * req.gpus // req.memory_gib)
     return count
 
 

@@ -160,6 +160,33 @@ def test_a_fraction_whose_victims_still_share_its_claimed_gpu_never_starts_on_it
     assert freed.earmarks == {}
 
 
+def test_a_claim_holds_the_cpus_and_memory_its_plan_counted_on() -> None:
+    """q's job needs a GPU, 14 CPUs and 40 GiB; it preempts an unallocated job holding a GPU, 4 CPUs and 8 GiB
+    on a host with 12 CPUs and 40 GiB free. A CPU-only job of p asking 8 CPUs and 8 GiB comes after it: were
+    only the GPU held, it would take CPUs q's plan counted on, and q's claim would fail at the next tick (the
+    openb replay's wasted preemptions). The claim holds 10 CPUs and 32 GiB; the newcomer waits; q starts."""
+    host = "hgx-00-h01"
+    topo = topology(domain("hgx-00", 1, 2, gpu_type="H100", cpus=20, memory_gib=64))
+    busy = running("p-keep", "p", gpus_of(host, 1), start_time=0, min_runtime=30 * DAY, cpus=4, memory_gib=16)
+    victim = running("u-go", "u", gpus_of(host, 1, first=1), start_time=DAY - 60, min_runtime=0, cpus=4,
+                     memory_gib=8)
+    claimant = pending("q-big", "q", 1, submit_time=DAY - 30, seq=5, cpus=14, memory_gib=40)
+    newcomer = pending("p-cpu", "p", 0, submit_time=DAY - 20, seq=6, cpus=8, memory_gib=8)
+    first = schedule(snapshot(topo, ORG, running_jobs=[busy, victim], pending_jobs=[claimant, newcomer]),
+                     now=DAY, policy=POLICY)
+    assert [(p.job_id, p.preemptor) for p in first.preemptions] == [("u-go", "q-big")]
+    assert first.starts == ()  # 2 CPUs and 24 GiB are left for others while q's claim stands
+    stopping = replace(victim, state=PREEMPTING, preempted_for="q-big", grace_ends=DAY + 10)
+    claimed = replace(claimant, earmarked_gpus=first.earmarks["q-big"])
+    second = schedule(snapshot(topo, ORG, running_jobs=[busy, stopping], pending_jobs=[claimed, newcomer]),
+                      now=DAY + 5, policy=POLICY)
+    assert second.starts == () and second.earmark_drops == ()
+    third = schedule(snapshot(topo, ORG, running_jobs=[busy], pending_jobs=[claimed, newcomer]),
+                     now=DAY + 15, policy=POLICY)
+    assert [s.job_id for s in third.starts] == ["q-big"]
+    assert third.earmark_drops == ()
+
+
 # ---------------------------------------------------------------- the property
 
 HOSTS = ("hgx-00", "hgx-01", "hgx-02")
