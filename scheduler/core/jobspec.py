@@ -209,15 +209,14 @@ def problem(spec: JobField, value) -> str | None:
     Rules between fields (a fraction of a GPU is for 1-GPU jobs) and those that need the cluster are the
     submit service's."""
     if value is None:
-        return "required" if not spec.nullable else None
+        return None if spec.default is None else "required"
     if spec.kind in (INT, SECONDS):
         if isinstance(value, bool) or not isinstance(value, int):
             return f"must be a whole number{' of seconds' if spec.kind == SECONDS else ''}; got {value!r}"
-        unit = " seconds" if spec.kind == SECONDS else ""
         if spec.lowest is not None and value < spec.lowest:
-            return f"must be at least {spec.lowest}{unit}; got {value}"
+            return f"must be at least {_amount(spec, spec.lowest)}; got {value}"
         if spec.maximum is not None and value > spec.maximum:
-            return f"must be at most {spec.maximum}{unit}; got {value}"
+            return f"must be at most {_amount(spec, spec.maximum)}; got {value}"
     elif spec.kind == BOOL:
         if not isinstance(value, bool):
             return f"must be true or false; got {value!r}"
@@ -230,6 +229,12 @@ def problem(spec: JobField, value) -> str | None:
         if spec.max_length is not None and len(value) > spec.max_length:
             return f"must be at most {spec.max_length} characters"
     return None
+
+
+def _amount(spec: JobField, number: int) -> str:
+    if spec.kind != SECONDS:
+        return str(number)
+    return f"{number} second{'s' if number != 1 else ''}" + (f" ({format_duration(number)})" if number >= 60 else "")
 
 
 def in_words(spec: JobField, value) -> str:
