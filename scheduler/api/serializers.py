@@ -61,6 +61,18 @@ class JobEventSerializer(serializers.ModelSerializer):
         fields = ["at", "kind", "detail", "cause", "actor"]
 
 
+JOB_FIELDS = [
+    "id", "name", "state", "cluster", "project", "user", "gpus", "gpus_per_host", "gpu_type", "gpu_milli",
+    "mig_profile", "topology", "cpus", "memory_gib", "min_runtime", "resumable", "max_runtime", "priority",
+    "restart_overhead", "allocation", "queue_position", "project_position", "pending_reason",
+    "estimated_start", "gpu_ids", "hosts",
+    "submitted_at", "started_at", "ended_at", "preemptions", "restarts", "exit_code", "stop_cause",
+    "failure_reason", "command", "workdir", "env",
+]
+# Every other field of the job table (scheduler/core/jobspec.py) reads back as it was submitted.
+JOB_FIELDS += [spec.name for spec in jobspec.SUBMIT if spec.name not in JOB_FIELDS]
+
+
 class JobSerializer(serializers.ModelSerializer):
     """A job as FORMATS.md promises it; `estimated_start` is an estimate, never a promise."""
 
@@ -78,14 +90,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = [
-            "id", "name", "state", "cluster", "project", "user", "gpus", "gpus_per_host", "gpu_type", "gpu_milli",
-            "mig_profile", "topology", "cpus", "memory_gib", "min_runtime", "resumable", "max_runtime", "priority",
-            "restart_overhead", "allocation", "queue_position", "project_position", "pending_reason",
-            "estimated_start", "gpu_ids", "hosts",
-            "submitted_at", "started_at", "ended_at", "preemptions", "restarts", "exit_code", "stop_cause",
-            "failure_reason", "command", "workdir", "env",
-        ]
+        fields = JOB_FIELDS
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_project_position(self, job):
