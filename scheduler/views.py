@@ -51,6 +51,13 @@ def _simulated_work(job) -> dict | None:
     return {"done": min(done, needed), "needed": needed, "speed": settings.ALLOT_SIMULATION_SPEED}
 
 
+# The job table's fields the job page shows in words of its own; any other one not at its default is in
+# "Also asks".
+JOB_PAGE_SHOWS = ("cluster", "project", "gpus", "gpus_per_host", "gpu_type", "gpu_milli", "mig_profile", "topology",
+                  "cpus", "memory_gib", "min_runtime", "max_runtime", "resumable", "name", "simulated_duration",
+                  "command", "workdir", "env")
+
+
 @login_required
 def job_detail(request, pk):
     job = get_object_or_404(Job.objects.select_related("cluster", "project", "user", "preempted_for"), pk=pk)
@@ -71,6 +78,8 @@ def job_detail(request, pk):
         "show_command": command_visibility(request.user)(job),
         "account": posix_account(job.user),
         "can_cancel": can_cancel(request.user, job) and not job.is_final and job.stop_cause != "cancel",
+        "also": jobspec.also_asked({spec.name: getattr(job, spec.name) for spec in jobspec.SUBMIT},
+                                   shown=JOB_PAGE_SHOWS),
     }
     template = "scheduler/_job_body.html" if request.htmx else "scheduler/job_detail.html"
     return render(request, template, context)

@@ -157,8 +157,9 @@ FIELDS: tuple[JobField, ...] = (
     JobField("restart_overhead", SECONDS, default=None, minimum=0, maximum=MAX_RESTART_OVERHEAD,
              from_policy="restart_overhead", as_is=True, column="restart_overhead", label="Restart overhead",
              placeholder="the cluster's", cli=("--restart-overhead",),
-             help=f"Seconds the job holds its GPUs after each restart before it makes progress again (0 to "
-                  f"{MAX_RESTART_OVERHEAD}); empty: the cluster policy's restart_overhead (default 300)."),
+             help=f"GPU time the job holds after each restart before it makes progress again (loading its "
+                  f"checkpoint), 0 to {MAX_RESTART_OVERHEAD} seconds; empty: the cluster policy's restart_overhead "
+                  "(default 300 s)."),
     JobField("duration", SECONDS, positive=True, api=False, column="duration",
              help="Seconds of work the job needs to finish."),
     JobField("checkpoint_every", SECONDS, default=None, positive=True, api=False, column="checkpoint_every",
