@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from client.api import DEFAULT_SERVER, ApiError, Client, Unreachable, load_config, save_config
 from client.execution import RESERVED_NAMES, RESERVED_PREFIXES
 from client.text import terminal_safe
+from scheduler.core import jobspec
 from scheduler.core.durations import format_duration, parse_cli_duration
 from scheduler.core.hostlist import compress
 
@@ -25,8 +26,13 @@ EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE = 1, 2, 3
 EXIT_PIPE = 141  # as a shell reports a command killed by SIGPIPE (`allot queue | head -1`)
 LIVE = ("pending", "starting", "running", "preempting")
 STATES = (*LIVE, "completed", "failed", "cancelled", "preempted")
+# `allot submit` offers every field of the job table (scheduler/core/jobspec.py) as the option the table names;
+# these it shapes itself: global options, the command after --, the directory it runs from, --env/--export.
+SHAPED_HERE = ("cluster", "project", "command", "workdir", "env")
+SUBMIT_OPTIONS = tuple(spec for spec in jobspec.SUBMIT if spec.cli and spec.name not in SHAPED_HERE)
 # Options whose value may start with "-" (a negative duration gets our message, not "expected one argument").
-DURATION_OPTIONS = ("--min-runtime", "--max-runtime", "--simulated-duration", "--since", "--until")
+DURATION_OPTIONS = (*(option for spec in SUBMIT_OPTIONS if spec.kind == jobspec.SECONDS for option in spec.cli),
+                    "--since", "--until")
 REASON_MIN_WIDTH = 24
 
 
@@ -217,22 +223,21 @@ def cmd_submit(args) -> int:
         if not getattr(args, name):
             raise Fail(f"--{name} is required (or ALLOT_{name.upper()}, or `allot login --{name} NAME` to keep a "
                        "default)", EXIT_USAGE)
-    if args.gpus is None:
-        if not args.mig_profile:
-            raise Fail("--gpus is required (a MIG instance, --mig-profile, is one GPU's slice)", EXIT_USAGE)
-        args.gpus = 1
+    if args.gpus is None and args.mig_profile:
+        args.gpus = 1  # a MIG instance is one GPU's slice
+    for spec in SUBMIT_OPTIONS:
+        if spec.required and getattr(args, spec.name) is None:
+            extra = " (a MIG instance, --mig-profile, is one GPU's slice)" if spec.name == "gpus" else ""
+            raise Fail(f"{spec.cli[0]} is required{extra}", EXIT_USAGE)
     body = {
-        "cluster": args.cluster, "project": args.project, "gpus": args.gpus, "min_runtime": args.min_runtime,
-        "resumable": args.resumable, "topology": args.topology, "priority": args.priority,
+        "cluster": args.cluster, "project": args.project,
         "command": shlex.join(args.command) if len(args.command) > 1 else args.command[0],
-        "gpu_milli": args.gpu_milli, "cpus": args.cpus, "memory_gib": args.memory_gib,
         # As sbatch: the job starts where it was submitted from, unless --chdir says elsewhere.
         "workdir": os.path.abspath(args.chdir) if args.chdir else os.getcwd(),
         "env": job_env(args.export, args.env),
+        # The rest as given; what is not given takes the server's default.
+        **{spec.name: getattr(args, spec.name) for spec in SUBMIT_OPTIONS if getattr(args, spec.name) is not None},
     }
-    for key in ("gpus_per_host", "gpu_type", "max_runtime", "name", "simulated_duration", "mig_profile"):
-        if getattr(args, key) is not None:
-            body[key] = getattr(args, key)
     job = client_from_config(args).post("jobs/", body)
 
     def render(job):
@@ -279,6 +284,12 @@ def cmd_queue(args) -> int:
     return emit(args, jobs, render)
 
 
+# The job table's fields `allot show` prints in lines of their own; any other one not at its default is in
+# "Also asks".
+SHOWN = ("cluster", "project", "gpus", "gpu_type", "gpu_milli", "mig_profile", "topology", "min_runtime",
+         "max_runtime", "resumable", "name", "command", "workdir", "env")
+
+
 def cmd_show(args) -> int:
     job = client_from_config(args).get(f"jobs/{args.id}/")
 
@@ -298,6 +309,9 @@ def cmd_show(args) -> int:
             ("Ended", clock(job["ended_at"])),
             ("Preemptions", str(job["preemptions"])),
         ]
+        also = jobspec.also_asked(job, shown=SHOWN)
+        if also:
+            lines.insert(5, ("Also asks", "; ".join(f"{label} {value}" for label, value in also)))
         if job["state"] == "pending":
             lines += [
                 ("Queue position", f"{job['queue_position'] or '-'} in {job['cluster']}, "
@@ -526,6 +540,19 @@ def pause(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def submit_option(parser: argparse.ArgumentParser, spec: jobspec.JobField) -> None:
+    """`allot submit`'s option for a field of the job table: a flag for a yes/no, choices, a duration."""
+    words = spec.help.rstrip(".")
+    if spec.kind == jobspec.BOOL:
+        parser.add_argument(*spec.cli, dest=spec.name, action="store_true", help=words)
+        return
+    kind = {jobspec.INT: int, jobspec.SECONDS: duration}.get(spec.kind, str)
+    choices = spec.values if spec.kind == jobspec.CHOICE else None
+    if spec.kind == jobspec.SECONDS:
+        words += " (a duration: 90 (minutes), 2h30m, 02:30:00)"
+    parser.add_argument(*spec.cli, dest=spec.name, type=kind, choices=choices, help=words)
+
+
 def global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """Options every command takes, before or after its name; defaults come from $ALLOT_<NAME>, then the config
     file (`allot login` keeps them). SUPPRESS: a command's parser must not overwrite what was given before it."""
@@ -562,22 +589,8 @@ def build_parser() -> argparse.ArgumentParser:
     logout.set_defaults(handler=cmd_logout)
 
     submit = command("submit", help="submit a job: allot submit [options] -- COMMAND")
-    submit.add_argument("--gpus", type=int, help="GPUs in total (required; 1 when --mig-profile is given)")
-    submit.add_argument("--min-runtime", type=duration, required=True,
-                        help="protected (and charged) for this long: 90 (minutes), 2h30m, 02:30:00; 0 = unallocated")
-    submit.add_argument("--resumable", action="store_true", help="requeue it when preempted (it checkpoints)")
-    submit.add_argument("--gpus-per-host", type=int)
-    submit.add_argument("--gpu-type", help="e.g. H100, or GB200|H100")
-    submit.add_argument("--gpu-milli", type=int, default=1000, help="a fraction of one GPU, 1..1000")
-    submit.add_argument("--mig-profile", help="a MIG instance instead of a whole GPU: 1g.10gb, 1g.20gb, 2g.20gb, "
-                                              "3g.40gb, 4g.40gb or 7g.80gb (with --gpus 1)")
-    submit.add_argument("--topology", choices=["any", "domain", "preferred"], default="any")
-    submit.add_argument("--max-runtime", "--time", "-t", type=duration, help="at most this long, as sbatch --time")
-    submit.add_argument("--priority", choices=["low", "normal", "high"], default="normal")
-    submit.add_argument("--cpus", type=int, default=0)
-    submit.add_argument("--memory-gib", type=int, default=0)
-    submit.add_argument("--name", "-J")
-    submit.add_argument("--simulated-duration", type=duration, help="simulated clusters: the work it needs")
+    for spec in SUBMIT_OPTIONS:
+        submit_option(submit, spec)
     submit.add_argument("--chdir", "-D", metavar="DIR",
                         help="the directory the job starts in on its hosts (default: this one, as with sbatch)")
     submit.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",

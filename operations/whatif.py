@@ -67,7 +67,7 @@ from budgets.choices import WHAT_IF_ACTIVE, WhatIfStatus
 from budgets.models import Allocation, BudgetRequest, WhatIf
 from budgets.services import percent
 from scheduler.choices import FINAL_STATES, JobState
-from scheduler.core import PREEMPTING, schedule
+from scheduler.core import PREEMPTING, jobspec, schedule
 from scheduler.core import Unit as CoreUnit
 from scheduler.core import model as core_model
 from scheduler.models import GpuAssignment, Job
@@ -96,6 +96,10 @@ POLICY = "allot"
 
 # Job id prefixes in the simulation: where each job came from.
 RUNNING, QUEUED, REPLAYED = "running-", "queued-", "replay-"
+# The job table's fields (scheduler/core/jobspec.py) SimJob takes by name: from the core's jobs, and from rows.
+PENDING_AS_IS = jobspec.as_is(core_model.PendingJob, SimJob)
+RUNNING_AS_IS = jobspec.as_is(core_model.RunningJob, SimJob)
+STORED_AS_IS = jobspec.as_is(SimJob)
 
 
 # ---------------------------------------------------------------- inputs
@@ -386,12 +390,10 @@ def _initial_runs(snapshot, *, zero: float, policy, durations: Durations, source
             sources[source] += 1
             remaining = estimate - elapsed if estimate > elapsed else estimate  # overran: one more estimate
         sim_job = SimJob(
+            **{name: getattr(job, name) for name in RUNNING_AS_IS},
             id=f"{RUNNING}{job.id}", submit=min(job.submit_time, job.start_time) - zero, project=job.project,
-            gpus=gpus if job.gpu_ids else 0, min_runtime=job.min_runtime, resumable=job.resumable,
-            duration=elapsed + remaining, user=job.user, gpus_per_host=per_host, gpu_milli=job.gpu_milli,
-            gpu_types=frozenset(t for t in gpu_type.split("|") if t), topology=job.topology,
-            priority=job.priority, cpus=job.cpus, memory_gib=job.memory_gib, max_runtime=job.max_runtime,
-            seq=job.seq,
+            gpus=gpus if job.gpu_ids else 0, duration=elapsed + remaining, user=job.user, gpus_per_host=per_host,
+            gpu_types=frozenset(t for t in gpu_type.split("|") if t), priority=job.priority, seq=job.seq,
         )
         if job.gpu_ids and len(job.gpu_ids) != gpus:
             sim_job = replace(sim_job, gpus=len(job.gpu_ids), gpus_per_host=None)
@@ -404,11 +406,9 @@ def _queued(job, *, zero: float, durations: Durations, sources: dict) -> SimJob:
     estimate, source = durations.estimate(job.project, job.max_runtime)
     sources[source] += 1
     return SimJob(
-        id=f"{QUEUED}{job.id}", submit=job.submit_time - zero, project=job.project, gpus=job.gpus,
-        min_runtime=job.min_runtime, resumable=job.resumable, duration=estimate, user=job.user,
-        gpus_per_host=job.gpus_per_host, gpu_milli=job.gpu_milli, gpu_types=job.gpu_types,
-        topology=job.topology, priority=job.priority, cpus=job.cpus, memory_gib=job.memory_gib,
-        max_runtime=job.max_runtime, seq=job.seq,
+        **{name: getattr(job, name) for name in PENDING_AS_IS},
+        id=f"{QUEUED}{job.id}", submit=job.submit_time - zero, project=job.project, duration=estimate, user=job.user,
+        gpu_types=job.gpu_types, priority=job.priority, seq=job.seq,
     )
 
 
@@ -416,9 +416,8 @@ def _arrivals(cluster, *, now: datetime, since: datetime, ran: dict, durations: 
     """The submissions of [since, now), each arriving `now - since` later."""
     submitted = list(
         Job.objects.filter(cluster=cluster, submitted_at__gte=since, submitted_at__lt=now)
-        .values("pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type",
-                "topology", "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "state",
-                "submitted_at", "run_started_at")
+        .values("pk", "project__name", "user__username", "gpu_type", "priority", "state", "submitted_at",
+                "run_started_at", *STORED_AS_IS)
         .order_by("submitted_at", "pk")
     )
     replayable = []
@@ -448,13 +447,11 @@ def _replayed(arrivals: list, *, since: datetime, shift: float = 0.0) -> list[Si
     for row, duration, _ in arrivals:
         submit = (row["submitted_at"] - since).total_seconds()
         jobs.append(SimJob(
+            **{**{name: row[name] for name in STORED_AS_IS}, "max_runtime": row["max_runtime"] or None},
             id=f"{REPLAYED}{row['pk']}", submit=submit + shift if submit + shift < HORIZON else submit,
-            project=row["project__name"], gpus=row["gpus"], min_runtime=row["min_runtime"],
-            resumable=row["resumable"], duration=duration, user=row["user__username"],
-            gpus_per_host=row["gpus_per_host"], gpu_milli=row["gpu_milli"],
-            gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t), topology=row["topology"],
-            priority=PRIORITY[row["priority"]], cpus=row["cpus"], memory_gib=row["memory_gib"],
-            max_runtime=row["max_runtime"] or None, seq=row["pk"],
+            project=row["project__name"], duration=duration, user=row["user__username"],
+            gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t), priority=PRIORITY[row["priority"]],
+            seq=row["pk"],
         ))
     return jobs
 

@@ -5,7 +5,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Priority, Topology
+from scheduler.core.jobspec import FIELD
 from scheduler.core.lifecycle import Cause, StopCause
+
+# Bounds are the job table's (scheduler/core/jobspec.py); tests/unit/test_jobspec.py checks the fields agree.
+MILLI = FIELD["gpu_milli"]
 
 
 class JobQuerySet(models.QuerySet):
@@ -22,23 +26,25 @@ class Job(models.Model):
     cluster = models.ForeignKey("topology.Cluster", on_delete=models.PROTECT, related_name="jobs")
     project = models.ForeignKey("budgets.Unit", on_delete=models.PROTECT, related_name="jobs")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs")
-    name = models.CharField(max_length=200, blank=True)
+    name = models.CharField(max_length=FIELD["name"].max_length, blank=True)
     command = models.TextField(blank=True)
     # Where and with what the agent runs it (client/execution.py): an absolute directory on the hosts
     # (empty: the account's home) and the job's own variables, NAME → VALUE.
-    workdir = models.CharField(max_length=4096, blank=True)
+    workdir = models.CharField(max_length=FIELD["workdir"].max_length, blank=True)
     env = models.JSONField(default=dict, blank=True)
 
     # What it needs.
     gpus = models.PositiveIntegerField()
     gpus_per_host = models.PositiveIntegerField(null=True, blank=True)
-    gpu_type = models.CharField(max_length=200, blank=True, help_text="Allowed GPU types, |-separated; empty: any.")
-    gpu_milli = models.PositiveIntegerField(default=1000, validators=[MinValueValidator(1), MaxValueValidator(1000)])
+    gpu_type = models.CharField(max_length=FIELD["gpu_type"].max_length, blank=True,
+                                help_text="Allowed GPU types, |-separated; empty: any.")
+    gpu_milli = models.PositiveIntegerField(default=MILLI.default, validators=[MinValueValidator(MILLI.minimum),
+                                                                               MaxValueValidator(MILLI.maximum)])
     topology = models.CharField(max_length=16, choices=Topology.choices, default=Topology.ANY)
     cpus = models.PositiveIntegerField(default=0)
     memory_gib = models.PositiveIntegerField(default=0)
     # A MIG instance of this profile on a GPU in MIG mode, instead of a whole GPU or a fraction (1-GPU jobs).
-    mig_profile = models.CharField(max_length=16, blank=True, default="",
+    mig_profile = models.CharField(max_length=FIELD["mig_profile"].max_length, blank=True, default="",
                                    help_text="MIG profile (e.g. 1g.10gb); empty: a whole GPU or a fraction.")
 
     # The contract.
@@ -97,15 +103,15 @@ class Job(models.Model):
         indexes = [models.Index(fields=["cluster", "state"], name="scheduler_job_cluster_state")]
         constraints = [
             models.CheckConstraint(
-                condition=Q(gpu_milli__gte=1) & Q(gpu_milli__lte=1000),
+                condition=Q(gpu_milli__gte=MILLI.minimum) & Q(gpu_milli__lte=MILLI.maximum),
                 name="%(app_label)s_%(class)s_gpu_milli_range",
             ),
             models.CheckConstraint(
-                condition=Q(gpu_milli=1000) | Q(gpus=1),
+                condition=Q(gpu_milli=MILLI.maximum) | Q(gpus=1),
                 name="%(app_label)s_%(class)s_fraction_one_gpu",
             ),
             models.CheckConstraint(
-                condition=Q(mig_profile="") | Q(gpus=1, gpu_milli=1000),
+                condition=Q(mig_profile="") | Q(gpus=1, gpu_milli=MILLI.maximum),
                 name="%(app_label)s_%(class)s_mig_one_gpu",
             ),
         ]

@@ -1,6 +1,7 @@
 """Job workflows: submit, cancel, and the end of a run. Keyword-only, atomic, every change recorded."""
 
-from dataclasses import dataclass
+from dataclasses import field as dataclass_field
+from dataclasses import make_dataclass
 from datetime import datetime
 
 from django.core.exceptions import PermissionDenied
@@ -13,7 +14,8 @@ from budgets.permissions import is_member, manages
 from budgets.selectors import share_of_cluster
 from client.execution import ENV_NAME, RESERVED_NAMES, RESERVED_PREFIXES
 from config.text import forbidden_in
-from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Priority, Topology
+from scheduler.choices import FINAL_STATES, LIVE_STATES, EventKind, JobState, Topology
+from scheduler.core import jobspec
 from scheduler.core.durations import format_duration
 from scheduler.core.lifecycle import Cause, Outcome, StopCause, end_of_run
 from scheduler.core.mig import PROFILES as MIG_PROFILES
@@ -22,13 +24,10 @@ from scheduler.notify import job_ended
 from topology.models import Cluster, Gpu, Host
 from topology.spec import SUBMIT_ALLOCATED
 
-MAX_COMMAND_LENGTH = 20000
-MAX_NAME_LENGTH = 200
-MAX_WORKDIR_LENGTH = 4096
 # A job's own environment: bounded, so that it fits in every heartbeat reply that carries it.
 MAX_ENV_VARIABLES = 256
 MAX_ENV_NAME_LENGTH = 255
-MAX_ENV_VALUE_LENGTH = 32768
+MAX_ENV_VALUE_LENGTH = jobspec.FIELD["env"].max_length
 MAX_ENV_TOTAL = 65536
 CONTROL_CHARACTERS = {chr(code) for code in (*range(0x20), 0x7F)}
 
@@ -41,31 +40,19 @@ class JobError(Exception):
         super().__init__("; ".join(f"{field}: {' '.join(messages)}" for field, messages in errors.items()))
 
 
-@dataclass
-class JobRequest:
-    """A submission, as the API and the CLI send it (durations in seconds)."""
+def _request_field(spec: jobspec.JobField) -> tuple:
+    if spec.required:
+        return spec.name, spec.annotation
+    if spec.kind == jobspec.MAP:
+        return spec.name, spec.annotation, dataclass_field(default_factory=dict)
+    return spec.name, spec.annotation, dataclass_field(default=spec.default)
 
-    cluster: str
-    project: str
-    gpus: int
-    min_runtime: int
-    resumable: bool
-    command: str = ""
-    name: str = ""
-    gpus_per_host: int | None = None
-    gpu_type: str = ""
-    gpu_milli: int = 1000
-    topology: str = Topology.ANY
-    max_runtime: int | None = None
-    # Seconds after each restart before the job makes progress; None: the cluster policy's.
-    restart_overhead: int | None = None
-    priority: str = Priority.NORMAL
-    cpus: int = 0
-    memory_gib: int = 0
-    simulated_duration: int | None = None
-    mig_profile: str = ""
-    workdir: str = ""  # absolute, on the hosts; empty: the account's home
-    env: dict[str, str] | None = None
+
+JobRequest = make_dataclass(
+    "JobRequest", [_request_field(spec) for spec in jobspec.SUBMIT], kw_only=True,
+    namespace={"__module__": __name__, "__doc__": "A submission, as the API, the Submit page and the CLI send it "
+               "(durations in seconds): the job table's fields (scheduler/core/jobspec.py), by keyword."},
+)
 
 
 def env_problems(env) -> list[str]:
@@ -104,10 +91,9 @@ def env_problems(env) -> list[str]:
 
 
 def workdir_problems(workdir: str) -> list[str]:
+    """Beyond the table's bounds (its length): absolute, one line."""
     if not workdir:
         return []
-    if len(workdir) > MAX_WORKDIR_LENGTH:
-        return [f"must be at most {MAX_WORKDIR_LENGTH} characters"]
     if not workdir.startswith("/"):
         return [f"must be an absolute path (from /); got {workdir[:100]!r}"]
     if CONTROL_CHARACTERS & set(workdir):
@@ -130,13 +116,16 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
     def refuse(field: str, message: str):
         errors.setdefault(field, []).append(message)
 
-    # Names are shown on pages and terminals: no controls, no bidi overrides (whatever path the job came by),
-    # and nothing that could not be stored is looked up.
-    for field, value in (("name", request.name), ("project", request.project), ("cluster", request.cluster),
-                         ("gpu_type", request.gpu_type), ("mig_profile", request.mig_profile)):
-        problem = forbidden_in(value)
+    # Each field's kind and bounds (the job table's); names, shown on pages and terminals, hold no controls and
+    # no bidi overrides (whatever path the job came by); nothing that could not be stored is looked up.
+    for spec in jobspec.SUBMIT:
+        value = getattr(request, spec.name)
+        problem = jobspec.problem(spec, value)
+        if problem is None and spec.kind in (jobspec.TEXT, jobspec.NAME) and not spec.verbatim:
+            problem = forbidden_in(value)
+            problem = f"{problem}; remove it" if problem else None
         if problem:
-            refuse(field, f"{problem}; remove it")
+            refuse(spec.name, problem)
     cluster = Cluster.objects.filter(name=request.cluster).first() if "cluster" not in errors else None
     if cluster is None and "cluster" not in errors:
         refuse("cluster", f"no cluster named {request.cluster!r}")
@@ -149,13 +138,9 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
     elif not is_member(user, project):
         refuse("project", f"you are not a member of {project.name}; ask one of its managers to add you")
 
-    if request.gpus < 1:
-        refuse("gpus", f"must be at least 1; got {request.gpus}")
-    if not 1 <= request.gpu_milli <= 1000:
-        refuse("gpu_milli", f"must be between 1 and 1000; got {request.gpu_milli}")
-    elif request.gpu_milli < 1000 and request.gpus != 1:
+    if request.gpu_milli < 1000 and request.gpus != 1 and not errors.keys() & {"gpu_milli", "gpus"}:
         refuse("gpu_milli", "a fraction of a GPU is only for a 1-GPU job")
-    if request.mig_profile:
+    if request.mig_profile and "mig_profile" not in errors:
         if request.mig_profile not in MIG_PROFILES:
             refuse("mig_profile", f"{request.mig_profile!r} is not a MIG profile; one of {', '.join(MIG_PROFILES)}")
         elif request.gpus != 1:
@@ -163,29 +148,12 @@ def job_validate(*, user, request: JobRequest) -> tuple[Cluster, Unit]:
         elif request.gpu_milli != 1000:
             refuse("mig_profile", f"a MIG instance and a fraction of a GPU (gpu_milli {request.gpu_milli}) "
                                   "exclude each other: ask for one of them")
-    if request.gpus_per_host is not None:
-        if request.gpus_per_host < 1:
-            refuse("gpus_per_host", f"must be at least 1; got {request.gpus_per_host}")
-        elif request.gpus >= 1 and request.gpus % request.gpus_per_host:
-            refuse("gpus_per_host", f"{request.gpus} GPUs do not split evenly into hosts of {request.gpus_per_host}")
-    if request.topology not in Topology.values:
-        refuse("topology", f"must be one of {', '.join(Topology.values)}")
-    if request.priority not in Priority.values:
-        refuse("priority", f"must be one of {', '.join(Priority.values)}")
-    if request.min_runtime < 0:
-        refuse("min_runtime", "must be 0 (unallocated) or more seconds")
-    if request.max_runtime is not None and request.max_runtime < max(request.min_runtime, 1):
+    if (request.gpus_per_host and not errors.keys() & {"gpus", "gpus_per_host"}
+            and request.gpus % request.gpus_per_host):
+        refuse("gpus_per_host", f"{request.gpus} GPUs do not split evenly into hosts of {request.gpus_per_host}")
+    if (request.max_runtime is not None and not errors.keys() & {"min_runtime", "max_runtime"}
+            and request.max_runtime < max(request.min_runtime, 1)):
         refuse("max_runtime", f"must be at least the minimum runtime ({format_duration(request.min_runtime)})")
-    if request.cpus < 0:
-        refuse("cpus", "must be 0 or more")
-    if request.memory_gib < 0:
-        refuse("memory_gib", "must be 0 or more")
-    if len(request.name) > MAX_NAME_LENGTH:
-        refuse("name", f"must be at most {MAX_NAME_LENGTH} characters")
-    if len(request.command) > MAX_COMMAND_LENGTH:
-        refuse("command", f"must be at most {MAX_COMMAND_LENGTH} characters")
-    if request.simulated_duration is not None and request.simulated_duration < 1:
-        refuse("simulated_duration", "must be at least 1 second")
     for message in workdir_problems(request.workdir):
         refuse("workdir", message)
     for message in env_problems(request.env):
@@ -274,15 +242,10 @@ def _mig_gpu_types(cluster: Cluster) -> list[str]:
 def job_submit(*, user, request: JobRequest, at: datetime | None = None) -> Job:
     cluster, project = job_validate(user=user, request=request)
     at = at or timezone.now()
+    stored = {spec.name: getattr(request, spec.name) for spec in jobspec.SUBMIT if spec.kind != jobspec.NAME}
     job = Job.objects.create(
-        cluster=cluster, project=project, user=user, name=request.name, command=request.command,
-        gpus=request.gpus, gpus_per_host=request.gpus_per_host, gpu_type=request.gpu_type,
-        gpu_milli=request.gpu_milli, topology=request.topology, cpus=request.cpus, memory_gib=request.memory_gib,
-        min_runtime=request.min_runtime, resumable=request.resumable, max_runtime=request.max_runtime,
-        restart_overhead=request.restart_overhead, priority=request.priority, submitted_at=at,
-        simulated_duration=request.simulated_duration,
-        mig_profile=request.mig_profile, pending_reason="waiting for the next scheduling tick",
-        workdir=request.workdir, env=request.env or {},
+        **{**stored, "env": request.env or {}}, cluster=cluster, project=project, user=user, submitted_at=at,
+        pending_reason="waiting for the next scheduling tick",
     )
     contract = (
         f"allocated: protected for {format_duration(job.min_runtime)}" if job.allocated

@@ -14,13 +14,17 @@ from django.utils import timezone
 from budgets.models import Unit
 from budgets.selectors import current_shares
 from scheduler.choices import LIVE_STATES, EventKind, JobState
+from scheduler.core import jobspec
 from scheduler.core import model as core
 from scheduler.models import GpuAssignment, Job, JobEvent
 from scheduler.usage import project_usage
 from topology.choices import GpuHealth
 from topology.models import Domain, Gpu, Host, MigInstance
 
-PRIORITY = {"low": core.PRIORITY_LOW, "normal": core.PRIORITY_NORMAL, "high": core.PRIORITY_HIGH}
+PRIORITY = jobspec.PRIORITIES
+# The job table's fields (scheduler/core/jobspec.py) the core's job classes take by name, as the row stores them.
+PENDING_AS_IS = jobspec.as_is(core.PendingJob)
+RUNNING_AS_IS = jobspec.as_is(core.RunningJob)
 
 
 def seconds(at: datetime | None) -> float | None:
@@ -45,9 +49,8 @@ class TickInput:
 
 
 JOB_FIELDS = [
-    "pk", "project__name", "user__username", "gpus", "gpus_per_host", "gpu_milli", "gpu_type", "topology",
-    "min_runtime", "resumable", "max_runtime", "priority", "cpus", "memory_gib", "submitted_at", "mig_profile",
-    "preemptions", "restart_overhead",
+    "pk", "project__name", "user__username", "gpu_type", "priority", "submitted_at", "mig_profile", "preemptions",
+    *dict.fromkeys(PENDING_AS_IS + RUNNING_AS_IS),
 ]
 
 
@@ -69,12 +72,11 @@ def _running_jobs(jobs, assignments, gpu_names: dict[int, str], *, now: datetime
         if not held.get(row["pk"]):
             continue  # nothing held: the writer will end it (see tick.reconcile)
         running.append(core.RunningJob(
+            **{name: row[name] for name in RUNNING_AS_IS},
             id=str(row["pk"]), project=row["project__name"], gpu_ids=tuple(held[row["pk"]]),
-            start_time=seconds(row["run_started_at"] or now), min_runtime=row["min_runtime"],
-            resumable=row["resumable"], submit_time=seconds(row["submitted_at"]), seq=row["pk"],
-            user=row["user__username"], gpu_milli=row["gpu_milli"], topology=row["topology"],
-            max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
-            memory_gib=row["memory_gib"], last_checkpoint=seconds(row["last_checkpoint_at"]),
+            start_time=seconds(row["run_started_at"] or now), submit_time=seconds(row["submitted_at"]), seq=row["pk"],
+            user=row["user__username"], priority=PRIORITY[row["priority"]],
+            last_checkpoint=seconds(row["last_checkpoint_at"]),
             state=core.PREEMPTING if row["stop_cause"] else core.RUNNING,
             preempted_for=str(row["preempted_for_id"]) if row["preempted_for_id"] else None,
             grace_ends=seconds(row["stop_deadline"]),
@@ -82,7 +84,6 @@ def _running_jobs(jobs, assignments, gpu_names: dict[int, str], *, now: datetime
             mig_start=instances[row["pk"]][1] if row["pk"] in instances else None,
             # A job being preempted already counts this preemption; its protection no longer matters.
             preemptions=row["preemptions"] - (1 if row["stop_cause"] and row["preemptions"] else 0),
-            restart_overhead=row["restart_overhead"],
         ))
     return running
 
@@ -168,15 +169,12 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
         if claim:
             earmarks[row["pk"]] = claim
         pending.append(core.PendingJob(
-            id=str(row["pk"]), project=row["project__name"], gpus=row["gpus"], min_runtime=row["min_runtime"],
-            resumable=row["resumable"], submit_time=seconds(row["submitted_at"]), seq=row["pk"],
-            user=row["user__username"], gpus_per_host=row["gpus_per_host"], gpu_milli=row["gpu_milli"],
-            gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t), topology=row["topology"],
-            max_runtime=row["max_runtime"], priority=PRIORITY[row["priority"]], cpus=row["cpus"],
-            memory_gib=row["memory_gib"], earmarked_gpus=earmarks.get(row["pk"], ()),
+            **{name: row[name] for name in PENDING_AS_IS},
+            id=str(row["pk"]), project=row["project__name"], submit_time=seconds(row["submitted_at"]), seq=row["pk"],
+            user=row["user__username"], gpu_types=frozenset(t for t in row["gpu_type"].split("|") if t),
+            priority=PRIORITY[row["priority"]], earmarked_gpus=earmarks.get(row["pk"], ()),
             mig_profile=row["mig_profile"] if row["gpus"] == 1 else "",
             preemptions=row["preemptions"], requeued_at=seconds(row["requeued_at"]),
-            restart_overhead=row["restart_overhead"],
         ))
 
     migrations = tuple(

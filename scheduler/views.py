@@ -16,9 +16,9 @@ from budgets.models import Membership, Unit
 from budgets.selectors import posix_account
 from scheduler.api.serializers import job_request
 from scheduler.api.views import command_visibility
+from scheduler.core import jobspec
 from scheduler.core.durations import format_duration, parse_cli_duration
 from scheduler.core.lifecycle import Cause
-from scheduler.core.mig import PROFILES as MIG_PROFILES
 from scheduler.core.model import gpu_host
 from scheduler.executors import default_duration
 from scheduler.forms import HistoryForm, UsageForm
@@ -53,6 +53,13 @@ def _simulated_work(job) -> dict | None:
     return {"done": min(done, needed), "needed": needed, "speed": settings.ALLOT_SIMULATION_SPEED}
 
 
+# The job table's fields the job page shows in words of its own; any other one not at its default is in
+# "Also asks".
+JOB_PAGE_SHOWS = ("cluster", "project", "gpus", "gpus_per_host", "gpu_type", "gpu_milli", "mig_profile", "topology",
+                  "cpus", "memory_gib", "min_runtime", "max_runtime", "resumable", "name", "simulated_duration",
+                  "command", "workdir", "env")
+
+
 @login_required
 def job_detail(request, pk):
     job = get_object_or_404(Job.objects.select_related("cluster", "project", "user", "preempted_for"), pk=pk)
@@ -73,6 +80,8 @@ def job_detail(request, pk):
         "show_command": command_visibility(request.user)(job),
         "account": posix_account(job.user),
         "can_cancel": can_cancel(request.user, job) and not job.is_final and job.stop_cause != Cause.CANCEL,
+        "also": jobspec.also_asked({spec.name: getattr(job, spec.name) for spec in jobspec.SUBMIT},
+                                   shown=JOB_PAGE_SHOWS),
     }
     template = "scheduler/_job_body.html" if request.htmx else "scheduler/job_detail.html"
     return render(request, template, context)
@@ -195,51 +204,85 @@ def usage_view(request):
     })
 
 
-DURATION_FIELDS = ("min_runtime", "max_runtime", "simulated_duration")
-SUBMIT_FIELDS = ("cluster", "project", "gpus", "gpus_per_host", "gpu_type", "gpu_milli", "mig_profile", "topology",
-                 "min_runtime", "max_runtime", "resumable", "priority", "cpus", "memory_gib", "name", "command",
-                 "workdir", "env", "simulated_duration")
+# The Submit page's fields: the job table's (scheduler/core/jobspec.py) that have a label, in its order.
+FORM_FIELDS = tuple(spec for spec in jobspec.SUBMIT if spec.label)
+SUBMIT_FIELDS = tuple(spec.name for spec in FORM_FIELDS)
+DURATION_FIELDS = tuple(spec.name for spec in FORM_FIELDS if spec.kind == jobspec.SECONDS)
+# What an empty form starts with, besides the table's defaults.
+FORM_START = {"gpus": 1, "min_runtime": "1h"}
 
 
 def _prefill(job) -> dict:
     """A job's contract as the Submit form's values (durations as `allot` prints them)."""
-    values = {field: getattr(job, field) for field in SUBMIT_FIELDS if field not in ("cluster", "project", "env")}
-    values.update(cluster=job.cluster.name, project=job.project.name,
-                  env="\n".join(f"{name}={value}" for name, value in (job.env or {}).items()))
-    for field in DURATION_FIELDS:
-        values[field] = "" if values[field] is None else format_duration(values[field])
-    for field in ("gpus_per_host",):
-        values[field] = "" if values[field] is None else values[field]
+    values = {}
+    for spec in FORM_FIELDS:
+        value = getattr(job, spec.name)
+        if spec.kind == jobspec.NAME:
+            value = value.name
+        elif spec.kind == jobspec.MAP:
+            value = "\n".join(f"{name}={text}" for name, text in (value or {}).items())
+        elif value is None:
+            value = ""
+        elif spec.kind == jobspec.SECONDS:
+            value = format_duration(value)
+        values[spec.name] = value
     return values
 
 
 def _submission(post) -> tuple[dict, dict[str, list[str]]]:
     """The form's text as the API's body: durations as Slurm users type them, env as NAME=VALUE lines."""
     data, errors = {}, {}
-    for field in SUBMIT_FIELDS:
-        value = post.get(field, "")
-        if field == "resumable":
+    for spec in FORM_FIELDS:
+        field, value = spec.name, post.get(spec.name, "")
+        if spec.kind == jobspec.BOOL:
             data[field] = bool(value)
-        elif field == "env":
+        elif spec.kind == jobspec.MAP:
             env = {}
             for number, line in enumerate(value.splitlines(), 1):
                 if line.strip():
                     name, equals, rest = line.partition("=")
                     if not equals or not name.strip():
-                        errors.setdefault("env", []).append(f"line {number}: expected NAME=VALUE")
+                        errors.setdefault(field, []).append(f"line {number}: expected NAME=VALUE")
                     env[name.strip()] = rest
             data[field] = env
-        elif field in DURATION_FIELDS:
+        elif spec.kind == jobspec.SECONDS:
             if value.strip():
                 try:
                     data[field] = parse_cli_duration(value)
                 except ValueError as error:
                     errors[field] = [str(error)]
-            elif field == "min_runtime":
-                errors[field] = ["required: 0 for an unallocated job, else e.g. 2h, 90 (minutes), 02:30:00"]
-        elif value.strip() or field in ("command", "workdir", "name", "gpu_type", "mig_profile"):
-            data[field] = value if field in ("command", "workdir") else value.strip()
+            elif spec.required:
+                errors[field] = [f"required: {spec.hint or 'e.g. 2h, 90 (minutes), 02:30:00'}"]
+        elif spec.kind == jobspec.TEXT:
+            data[field] = value if spec.verbatim else value.strip()
+        elif value.strip():
+            data[field] = value.strip()
     return data, errors
+
+
+def _form(values: dict, errors: dict, options: dict) -> list[dict]:
+    """Each field of the Submit page as its template draws it: the input, its value and its errors."""
+    rows = []
+    for spec in FORM_FIELDS:
+        value = values.get(spec.name)
+        if value in (None, "") and not spec.required and spec.default is not None:
+            value = spec.default
+        if spec.kind in (jobspec.INT, jobspec.SECONDS, jobspec.TEXT) and not spec.choices:
+            widget = "textarea" if spec.multiline else "number" if spec.kind == jobspec.INT else "text"
+        else:
+            widget = {jobspec.BOOL: "checkbox", jobspec.MAP: "textarea"}.get(spec.kind, "select")
+        choices = options.get(spec.name, spec.choices)
+        rows.append({
+            "spec": spec, "widget": widget, "id": "f-" + spec.name.replace("_", "-"),
+            "value": "" if value is None else str(value), "errors": errors.get(spec.name, []),
+            "checked": bool(value) and value != "False", "options": choices,
+            # A select's empty choice: none of the offered values (a MIG profile), or nothing to choose from.
+            "blank": spec.placeholder if spec.kind == jobspec.TEXT or not choices else None,
+            "wide": spec.verbatim or spec.kind == jobspec.MAP,
+            "size": 10 if spec.kind == jobspec.SECONDS else 60 if spec.verbatim else None,
+            "cols": 90 if spec.multiline else 60,
+        })
+    return rows
 
 
 def _flatten(errors) -> dict[str, list[str]]:
@@ -256,8 +299,7 @@ def _flatten(errors) -> dict[str, list[str]]:
 def job_submit_view(request):
     """Submit from the browser (or resubmit: `?from=<job>` prefills its contract), through the API's boundary:
     the same serializer, the same service, the same messages."""
-    values = {"gpus": 1, "gpu_milli": 1000, "topology": "any", "priority": "normal", "min_runtime": "1h",
-              "cpus": 0, "memory_gib": 0}
+    values = dict(FORM_START)
     source = None
     errors: dict[str, list[str]] = {}
     if request.method == "POST":
@@ -283,9 +325,9 @@ def job_submit_view(request):
     roots = set(Membership.objects.filter(user=request.user).values_list("unit_id", flat=True))
     projects = [unit.name for unit in Unit.objects.projects().order_by("name")
                 if unit.pk in roots or (unit.parent_id in roots)]
-    clusters = list(Cluster.objects.order_by("name"))
+    clusters = [(name, name) for name in Cluster.objects.order_by("name").values_list("name", flat=True)]
+    form = _form(values, errors, {"cluster": clusters, "project": [(name, name) for name in projects]})
     return render(request, "scheduler/submit.html", {
-        "values": values, "errors": errors, "source": source, "projects": projects, "clusters": clusters,
+        "values": values, "errors": errors, "source": source, "projects": projects, "form": form,
         "other_errors": {field: problems for field, problems in errors.items() if field not in SUBMIT_FIELDS},
-        "mig_profiles": MIG_PROFILES,
     })

@@ -3,13 +3,11 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import ProhibitSurrogateCharactersValidator
 
-from scheduler.choices import Priority, Topology
-from scheduler.core.mig import PROFILES as MIG_PROFILES
-from scheduler.core.model import MAX_RESTART_OVERHEAD, gpu_host
+from scheduler.core import jobspec
+from scheduler.core.model import gpu_host
 from scheduler.models import Job, JobEvent
 from scheduler.services import JobRequest
 
-MAX_SECONDS = 10 * 365 * 86400
 # Integers from agents end up in IntegerField (32-bit) and BigAutoField (64-bit) columns.
 MAX_INT = 2**31 - 1
 MAX_BIGINT = 2**63 - 1
@@ -19,52 +17,35 @@ MAX_EVENTS = 1000
 MAX_PROCESSES = 4096
 
 
-class JobSubmitSerializer(serializers.Serializer):
-    """A submission. Durations are seconds; minimum runtime 0 means unallocated (free, preemptible)."""
+def _submit_field(spec: jobspec.JobField) -> serializers.Field:
+    """The API's field for one row of the job table: its kind, bounds and default (DRF's messages name the
+    limit: "Ensure this value is greater than or equal to 1.")."""
+    options = {"help_text": spec.help}
+    if not spec.required:
+        options["required"] = False
+        if spec.nullable:
+            options["allow_null"] = True
+        else:
+            options["default"] = dict if spec.kind == jobspec.MAP else spec.default
+    if spec.kind in (jobspec.INT, jobspec.SECONDS):
+        return serializers.IntegerField(min_value=spec.lowest, max_value=spec.maximum, **options)
+    if spec.kind == jobspec.BOOL:
+        return serializers.BooleanField(**options)
+    if spec.kind == jobspec.CHOICE:
+        return serializers.ChoiceField(choices=spec.choices, **options)
+    if spec.kind == jobspec.MAP:
+        child = serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=spec.max_length)
+        return serializers.DictField(child=child, **options)
+    return serializers.CharField(max_length=spec.max_length, allow_blank=not spec.required,
+                                 trim_whitespace=not spec.verbatim, **options)
 
-    cluster = serializers.CharField(max_length=64)
-    project = serializers.CharField(max_length=64)
-    gpus = serializers.IntegerField(min_value=1, max_value=1_000_000)
-    gpus_per_host = serializers.IntegerField(min_value=1, max_value=1024, required=False, allow_null=True)
-    gpu_type = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-    gpu_milli = serializers.IntegerField(min_value=1, max_value=1000, required=False, default=1000)
-    topology = serializers.ChoiceField(choices=Topology.choices, required=False, default=Topology.ANY)
-    min_runtime = serializers.IntegerField(min_value=0, max_value=MAX_SECONDS)
-    resumable = serializers.BooleanField()
-    max_runtime = serializers.IntegerField(min_value=1, max_value=MAX_SECONDS, required=False, allow_null=True)
-    restart_overhead = serializers.IntegerField(
-        min_value=0, max_value=MAX_RESTART_OVERHEAD, required=False, allow_null=True,
-        help_text=f"Seconds the job holds its GPUs after each restart before it makes progress again (0 to "
-                  f"{MAX_RESTART_OVERHEAD}); empty: the cluster policy's restart_overhead (default 300).",
-    )
-    priority = serializers.ChoiceField(choices=Priority.choices, required=False, default=Priority.NORMAL)
-    cpus = serializers.IntegerField(min_value=0, max_value=1_000_000, required=False, default=0)
-    memory_gib = serializers.IntegerField(min_value=0, max_value=1_000_000_000, required=False, default=0)
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
-    command = serializers.CharField(
-        max_length=20000, required=False, allow_blank=True, default="", trim_whitespace=False,
-    )
-    simulated_duration = serializers.IntegerField(
-        min_value=1, max_value=MAX_SECONDS, required=False, allow_null=True,
-        help_text="Simulated clusters only: seconds of work the job needs.",
-    )
-    mig_profile = serializers.CharField(
-        max_length=16, required=False, allow_blank=True, default="",
-        help_text=f"A MIG instance of this profile ({', '.join(MIG_PROFILES)}) on a GPU in MIG mode, instead of a "
-                  "whole GPU or a fraction: 1-GPU jobs only, not with gpu_milli.",
-    )
-    workdir = serializers.CharField(
-        max_length=4096, required=False, allow_blank=True, default="", trim_whitespace=False,
-        help_text="Absolute directory on the hosts the job starts in; empty: the account's home. `allot submit` "
-                  "sends the directory it is run from.",
-    )
-    env = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False, max_length=32768), required=False,
-        default=dict,
-        help_text="The job's own environment variables, NAME: VALUE (at most 256, 64 KiB in all); the agent adds "
-                  "the account's HOME, USER, LOGNAME, SHELL and PATH, CUDA_VISIBLE_DEVICES and the torchrun and "
-                  "ALLOT_* variables, which cannot be given here.",
-    )
+
+JobSubmitSerializer = type("JobSubmitSerializer", (serializers.Serializer,), {
+    "__doc__": "A submission: the job table's fields (scheduler/core/jobspec.py). Durations are seconds; minimum "
+               "runtime 0 means unallocated (free, preemptible).",
+    "__module__": __name__,
+    **{spec.name: _submit_field(spec) for spec in jobspec.SUBMIT},
+})
 
 
 def job_request(data) -> JobRequest:
@@ -79,6 +60,18 @@ class JobEventSerializer(serializers.ModelSerializer):
     class Meta:
         model = JobEvent
         fields = ["at", "kind", "detail", "cause", "actor"]
+
+
+JOB_FIELDS = [
+    "id", "name", "state", "cluster", "project", "user", "gpus", "gpus_per_host", "gpu_type", "gpu_milli",
+    "mig_profile", "topology", "cpus", "memory_gib", "min_runtime", "resumable", "max_runtime", "priority",
+    "restart_overhead", "allocation", "queue_position", "project_position", "pending_reason",
+    "estimated_start", "gpu_ids", "hosts",
+    "submitted_at", "started_at", "ended_at", "preemptions", "restarts", "exit_code", "stop_cause",
+    "failure_reason", "command", "workdir", "env",
+]
+# Every other field of the job table (scheduler/core/jobspec.py) reads back as it was submitted.
+JOB_FIELDS += [spec.name for spec in jobspec.SUBMIT if spec.name not in JOB_FIELDS]
 
 
 class JobSerializer(serializers.ModelSerializer):
@@ -100,14 +93,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Job
-        fields = [
-            "id", "name", "state", "cluster", "project", "user", "gpus", "gpus_per_host", "gpu_type", "gpu_milli",
-            "mig_profile", "topology", "cpus", "memory_gib", "min_runtime", "resumable", "max_runtime", "priority",
-            "restart_overhead", "allocation", "queue_position", "project_position", "pending_reason",
-            "estimated_start", "gpu_ids", "hosts",
-            "submitted_at", "started_at", "ended_at", "preemptions", "restarts", "exit_code", "stop_cause",
-            "failure_reason", "command", "workdir", "env",
-        ]
+        fields = JOB_FIELDS
 
     @extend_schema_field(serializers.IntegerField(allow_null=True))
     def get_project_position(self, job):

@@ -45,6 +45,7 @@ import time as wallclock
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
+from scheduler.core import jobspec
 from scheduler.core import model as core
 from scheduler.core.engine import decide as decide_on_state
 from scheduler.core.engine import schedule
@@ -64,6 +65,9 @@ Decide = Callable[..., core.Decisions]
 FAULT, LEAVE, ARRIVAL = 0, 1, 2
 # What a LEAVE event is.
 FINISH, GRACE_END = "finish", "grace_end"
+# The job table's fields (scheduler/core/jobspec.py) the core's jobs take from a SimJob by name, as they are.
+PENDING_AS_IS = jobspec.as_is(core.PendingJob, SimJob)
+RUNNING_AS_IS = jobspec.as_is(core.RunningJob, SimJob)
 
 # Job states (FORMATS.md job states; `running` includes `preempting` in jobs.csv).
 WAITING = "waiting"  # not yet submitted
@@ -438,11 +442,9 @@ class Simulation:
     def _pending_job(self, run: Run) -> core.PendingJob:
         job = run.job
         return core.PendingJob(
-            job.id, job.project, job.gpus, job.min_runtime, job.resumable, job.submit, job.seq, user=job.user,
-            gpus_per_host=job.gpus_per_host, gpu_milli=job.gpu_milli, gpu_types=job.gpu_types,
-            topology=job.topology, max_runtime=job.max_runtime, priority=job.priority, cpus=job.cpus,
-            memory_gib=job.memory_gib, preemptions=run.preemptions, requeued_at=run.requeued_at,
-            restart_overhead=job.restart_overhead,
+            **{name: getattr(job, name) for name in PENDING_AS_IS},
+            id=job.id, project=job.project, submit_time=job.submit, seq=job.seq, user=job.user,
+            gpu_types=job.gpu_types, priority=job.priority, preemptions=run.preemptions, requeued_at=run.requeued_at,
         )
 
     def overhead(self, job: SimJob) -> float:
@@ -482,12 +484,11 @@ class Simulation:
         run.planned_end = run.progress_from + left
         exact = job.checkpoint_every is None
         run.running = core.RunningJob(
-            job.id, job.project, gpu_ids, when, job.min_runtime, job.resumable, job.submit, job.seq, user=job.user,
-            gpu_milli=milli, topology=job.topology, max_runtime=job.max_runtime, priority=job.priority,
-            cpus=job.cpus, memory_gib=job.memory_gib,
+            **{**{name: getattr(job, name) for name in RUNNING_AS_IS}, "gpu_milli": milli},
+            id=job.id, project=job.project, gpu_ids=gpu_ids, start_time=when, submit_time=job.submit, seq=job.seq,
+            user=job.user, priority=job.priority,
             # A job that resumes exactly has lost nothing at any moment: checkpointed through its end.
             last_checkpoint=run.planned_end if exact else None, host=host, preemptions=run.preemptions,
-            restart_overhead=job.restart_overhead,
         )
         if decided:
             self.state.update_running(run.running)

@@ -14,24 +14,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scheduler.core.model import (
-    ANY,
-    DOMAIN,
-    MAX_RESTART_OVERHEAD,
-    PREFERRED,
-    PRIORITY_HIGH,
-    PRIORITY_LOW,
-    PRIORITY_NORMAL,
-    WHOLE_GPU_MILLI,
-)
+from scheduler.core import jobspec
+from scheduler.core.durations import format_duration
+from scheduler.core.jobspec import BOOL, CHOICE, INT, PRIORITIES, SECONDS
+from scheduler.core.model import ANY, PRIORITY_NORMAL, WHOLE_GPU_MILLI
 
-REQUIRED = ("job_id", "submit", "project", "gpus", "min_runtime", "resumable", "duration")
-OPTIONAL = ("user", "gpus_per_host", "gpu_milli", "gpu_type", "topology", "checkpoint_every", "priority", "cpus",
-            "memory_gib", "max_runtime", "restart_overhead")
-COLUMNS = REQUIRED + OPTIONAL
-PRIORITIES = {"low": PRIORITY_LOW, "normal": PRIORITY_NORMAL, "high": PRIORITY_HIGH}
+# The columns, their order, defaults and bounds are the job table's (scheduler/core/jobspec.py).
+COLUMNS = jobspec.WORKLOAD_COLUMNS
+REQUIRED = tuple(column for column in COLUMNS if jobspec.BY_COLUMN[column].required)
+OPTIONAL = tuple(column for column in COLUMNS if column not in REQUIRED)
 PRIORITY_NAMES = {value: name for name, value in PRIORITIES.items()}
-TOPOLOGIES = (ANY, DOMAIN, PREFERRED)
 TRUE = {"1", "true", "yes"}
 FALSE = {"0", "false", "no"}
 
@@ -80,6 +72,10 @@ class SimJob:
         return self.min_runtime > 0
 
 
+# The job table's fields SimJob takes by name, as the file gives them and the model stores them.
+AS_IS = jobspec.as_is(SimJob)
+
+
 @dataclass
 class _Row:
     number: int
@@ -93,7 +89,8 @@ class _Row:
     def text(self, column: str) -> str:
         return (self.values.get(column) or "").strip()
 
-    def number_of(self, column: str, *, minimum: float = 0, positive: bool = False, default=None):
+    def number_of(self, column: str, *, minimum: float = 0, positive: bool = False, maximum: float | None = None,
+                  default=None):
         raw = self.text(column)
         if raw == "":
             if default is not None or column not in REQUIRED:
@@ -108,6 +105,10 @@ class _Row:
         if not math.isfinite(value) or value < minimum or (positive and value <= 0):
             limit = "more than 0" if positive else f"at least {minimum:g}"
             self.problems.append(f"{self.where(column)}: {raw} must be {limit}")
+            return None
+        if maximum is not None and value > maximum:
+            self.problems.append(f"{self.where(column)}: {raw} must be at most {maximum} (seconds; "
+                                 f"{format_duration(maximum)})")
             return None
         return int(value) if value == int(value) else value
 
@@ -161,55 +162,51 @@ def parse_workload(rows: Iterable[dict[str, str]], *, fieldnames: Iterable[str] 
     return jobs
 
 
+def _value(row: _Row, spec: jobspec.JobField):
+    """A column's value, checked against the field's kind and bounds; its default when it is empty."""
+    column = spec.column
+    default = None if spec.required else spec.default
+    if spec.kind == INT:
+        minimum = spec.column_minimum if spec.column_minimum is not None else spec.minimum
+        return row.whole(column, minimum=minimum or 0, maximum=spec.maximum, default=default)
+    if spec.kind == SECONDS:
+        return row.number_of(column, minimum=spec.minimum or 0, positive=spec.positive, maximum=spec.maximum,
+                             default=default)
+    text = row.text(column)
+    if spec.kind == BOOL:
+        if text.lower() in TRUE:
+            return True
+        if text.lower() in FALSE:
+            return False
+        if text or spec.required:
+            row.problems.append(f"{row.where(column)}: {text!r} must be 1/0 or true/false")
+        return default
+    if spec.kind == CHOICE:
+        text = text or default
+        if text not in spec.values:
+            row.problems.append(f"{row.where(column)}: {text!r} must be one of {', '.join(spec.values)}")
+        return text
+    if not text and spec.required:
+        row.problems.append(f"{row.where(column)}: required")
+    return text or default
+
+
 def _job(row: _Row) -> SimJob | None:
-    job_id = row.text("job_id")
-    if not job_id:
-        row.problems.append(f"{row.where('job_id')}: required")
-    project = row.text("project")
-    if not project:
-        row.problems.append(f"{row.where('project')}: required")
-    submit = row.number_of("submit")
-    gpus = row.whole("gpus")
-    min_runtime = row.number_of("min_runtime")
-    duration = row.number_of("duration", positive=True)
-    resumable_text = row.text("resumable").lower()
-    resumable = None
-    if resumable_text in TRUE:
-        resumable = True
-    elif resumable_text in FALSE:
-        resumable = False
-    else:
-        row.problems.append(f"{row.where('resumable')}: {row.text('resumable')!r} must be 1/0 or true/false")
-    per_host = row.whole("gpus_per_host", minimum=1)
-    milli = row.whole("gpu_milli", minimum=1, maximum=WHOLE_GPU_MILLI, default=WHOLE_GPU_MILLI)
-    topology = row.text("topology") or ANY
-    if topology not in TOPOLOGIES:
-        row.problems.append(f"{row.where('topology')}: {topology!r} must be one of {', '.join(TOPOLOGIES)}")
-    priority_text = row.text("priority") or "normal"
-    if priority_text not in PRIORITIES:
-        row.problems.append(f"{row.where('priority')}: {priority_text!r} must be one of {', '.join(PRIORITIES)}")
-    checkpoint = row.number_of("checkpoint_every", positive=True)
-    max_runtime = row.number_of("max_runtime", positive=True)
-    overhead = row.number_of("restart_overhead")
-    if overhead is not None and overhead > MAX_RESTART_OVERHEAD:
-        row.problems.append(f"{row.where('restart_overhead')}: {row.text('restart_overhead')} must be at most "
-                            f"{MAX_RESTART_OVERHEAD} (seconds; one day)")
-    cpus = row.whole("cpus", default=0)
-    memory = row.whole("memory_gib", default=0)
-    gpu_types = frozenset(t.strip() for t in row.text("gpu_type").split("|") if t.strip())
+    values = {spec.name: _value(row, spec) for spec in (jobspec.BY_COLUMN[column] for column in COLUMNS)}
+    gpus, milli, per_host = values["gpus"], values["gpu_milli"], values["gpus_per_host"]
     if gpus is not None and milli is not None and milli < WHOLE_GPU_MILLI and gpus != 1:
         row.problems.append(f"{row.where('gpu_milli')}: a fraction of a GPU ({milli}) is for 1-GPU jobs only")
     if gpus is not None and per_host is not None and gpus and gpus % per_host:
         row.problems.append(f"{row.where('gpus_per_host')}: {gpus} GPUs is not a multiple of {per_host} per host")
-    if gpus == 0 and not (cpus or memory):
+    if gpus == 0 and not (values["cpus"] or values["memory_gib"]):
         row.problems.append(f"{row.where('gpus')}: a job with no GPUs must ask for cpus or memory_gib")
     if row.problems:
         return None
     return SimJob(
-        id=job_id, submit=submit, project=project, gpus=gpus, min_runtime=min_runtime, resumable=resumable,
-        duration=duration, user=row.text("user") or project, gpus_per_host=per_host, gpu_milli=milli,
-        gpu_types=gpu_types, topology=topology, checkpoint_every=checkpoint, priority=PRIORITIES[priority_text],
-        cpus=cpus, memory_gib=memory, max_runtime=max_runtime, restart_overhead=overhead, seq=row.number,
+        id=values["job_id"], submit=values["submit"], project=values["project"], duration=values["duration"],
+        user=values["user"] or values["project"], checkpoint_every=values["checkpoint_every"],
+        gpu_types=frozenset(t.strip() for t in (values["gpu_type"] or "").split("|") if t.strip()),
+        priority=PRIORITIES[values["priority"]], seq=row.number, **{name: values[name] for name in AS_IS},
     )
 
 
@@ -239,23 +236,29 @@ def _seconds(value: float | None) -> str:
     return str(int(value)) if value == int(value) else repr(float(value))
 
 
+def _column_text(spec: jobspec.JobField, value) -> str:
+    """A value as the file writes it: empty for the field's default (but for a required column)."""
+    if value is None or (not spec.required and value == spec.default):
+        return ""
+    if spec.kind == SECONDS:
+        return _seconds(value)
+    if spec.kind == BOOL:
+        return "1" if value else "0"
+    return str(value)
+
+
 def workload_rows(jobs: Iterable[SimJob]) -> list[list[str]]:
     """The CSV rows (header first) of jobs, the way `write_workload` writes them."""
     rows = [list(COLUMNS)]
     for job in jobs:
         values = {
-            "job_id": job.id, "submit": _seconds(job.submit), "project": job.project,
-            "gpus": str(job.gpus), "min_runtime": _seconds(job.min_runtime), "resumable": "1" if job.resumable else "0",
-            "duration": _seconds(job.duration), "user": job.user if job.user != job.project else "",
-            "gpus_per_host": "" if job.gpus_per_host is None else str(job.gpus_per_host),
-            "gpu_milli": "" if job.gpu_milli == WHOLE_GPU_MILLI else str(job.gpu_milli),
-            "gpu_type": "|".join(sorted(job.gpu_types)), "topology": "" if job.topology == ANY else job.topology,
-            "checkpoint_every": _seconds(job.checkpoint_every),
-            "priority": "" if job.priority == PRIORITY_NORMAL else PRIORITY_NAMES[job.priority],
-            "cpus": str(job.cpus) if job.cpus else "", "memory_gib": str(job.memory_gib) if job.memory_gib else "",
-            "max_runtime": _seconds(job.max_runtime), "restart_overhead": _seconds(job.restart_overhead),
+            "job_id": job.id, "submit": job.submit, "project": job.project, "duration": job.duration,
+            "user": job.user if job.user != job.project else None, "checkpoint_every": job.checkpoint_every,
+            "gpu_type": "|".join(sorted(job.gpu_types)), "priority": PRIORITY_NAMES[job.priority],
+            **{name: getattr(job, name) for name in AS_IS},
         }
-        rows.append([values[column] for column in COLUMNS])
+        rows.append([_column_text(jobspec.BY_COLUMN[column], values[jobspec.BY_COLUMN[column].name])
+                     for column in COLUMNS])
     return rows
 
 

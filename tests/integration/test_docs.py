@@ -8,6 +8,7 @@ import yaml
 
 from budgets.spec import UNIT_KEYS, USER_KEYS, parse_org
 from scheduler.api.serializers import JobSerializer
+from scheduler.core import jobspec
 from topology.health import EVENT_KEYS
 from topology.spec import DOMAIN_KEYS, POLICY_FIELDS, parse_cluster
 
@@ -73,6 +74,18 @@ def test_the_documented_org_file_parses_and_every_key_is_described():
 def test_every_job_field_the_api_returns_is_documented(field):
     rest = FORMATS.split("## REST API", 1)[1]
     assert re.search(rf"\b{field}\b", rest), field
+
+
+@pytest.mark.parametrize("spec", jobspec.SUBMIT, ids=lambda spec: spec.name)
+def test_every_field_a_job_is_submitted_with_is_documented(spec):
+    body = next(line for line in FORMATS.splitlines() if line.startswith("| `POST /api/v1/jobs/`"))
+    assert re.search(rf"\b{spec.name}\b", body), spec.name
+
+
+@pytest.mark.parametrize("column", jobspec.WORKLOAD_COLUMNS)
+def test_every_workload_column_is_documented(column):
+    table = FORMATS.split("## Workload (CSV)", 1)[1].split("\n## ", 1)[0]
+    assert f"`{column}`" in table, column
 
 
 @pytest.mark.parametrize("status", ["400", "401", "403", "404", "409", "413", "415", "429"])
