@@ -1,4 +1,5 @@
-"""What `simulate` writes (FORMATS.md): summary.json, events.csv, jobs.csv, report.html.
+"""What `simulate` writes (FORMATS.md): summary.json, events.csv, jobs.csv, report.html; and the `Result` it
+writes them from, with its summary (`summarise`).
 
 Other programs read these files, so their columns and keys follow FORMATS.md
 exactly; extra keys are only ever added. Every file is a function of the
@@ -25,7 +26,7 @@ JOB_COLUMNS = ("job_id", "project", "class", "submit", "first_start", "end", "st
 
 @dataclass
 class Result:
-    """Everything a simulation produced; `output.py` writes it to files."""
+    """Everything a simulation produced (`engine.Simulation.run`); summed up and written to files here."""
 
     policy: str
     cluster: Cluster
@@ -44,7 +45,6 @@ class Result:
     # Every preemption on behalf of a job: (when, preemptor, victim, grace).
     preemptions_for: list[tuple[float, str, str, float]] = field(default_factory=list)
     summary: dict = field(default_factory=dict)
-
 
 
 def number(value: float | None) -> str:
