@@ -266,7 +266,7 @@ class WhatIf(models.Model):
     Cached per request and state (`state_key`: the share tried, the snapshot hour and the cluster's shares
     then), so a second click shows this result instead of simulating again. Every status change is
     appended to `log` with who and why; `assumptions` say what the simulation took as given and `results`
-    hold, per affected unit, the expected usage ratio and p90 wait on both sides (budgets/whatif.py).
+    hold, per affected unit, the expected usage ratio and p90 wait on both sides (operations/whatif/).
     """
 
     budget_request = models.ForeignKey(BudgetRequest, on_delete=models.CASCADE, related_name="what_ifs")

@@ -1,7 +1,7 @@
 """How a run ends: what stopped it, and what becomes of the job (the end-of-run table).
 
 `end_of_run` is the one home of the rule. The live service
-(`scheduler.services.job_end_run`) and the simulator (`scheduler.sim.engine`)
+(`scheduler.services.job_end_run`) and the simulator (`scheduler.sim.runs`)
 both ask it; each keeps only what is its own: the database writes and the
 words of events live, the lost-work accounting (kept, lost, overhead) in the
 simulator.

@@ -15,16 +15,19 @@ calls it; FORMATS.md); `output.write_all` writes the four files. No module
 here imports Django: the files are checked by `topology.spec` and
 `budgets.spec`, the parsers the loaders use (an import-linter contract).
 
-Modules: `engine` (event loop, virtual clock, executor model), `workload`
-(the CSV), `faults` (the fault file), `inputs` (specs to core objects),
-`measures` (DESIGN §5 over time), `output` and `report` (the files),
+Modules: `engine` (event loop, virtual clock, ticks), `runs` (the executor
+model: a job's runs started, preempted and ended, checkpoints, lost work),
+`workload` (the CSV), `faults` (the fault file), `inputs` (specs to core
+objects, the initial state), `measures` (DESIGN §5 over time), `output`
+(the result, its summary and the files) and `report` (report.html),
 `checks` (consistency of the files), `policies` (`--policy` names),
 `generators` (seeded synthetic workloads), `traces` (Philly and openb replays),
 `cli` (the command line).
 """
 
-from .engine import InitialRun, InitialState, Result, Simulation, UsageInterval, simulate
-from .inputs import Cluster, cluster_from_spec, units_from_spec
+from .engine import Simulation, simulate
+from .inputs import Cluster, InitialRun, InitialState, UsageInterval, cluster_from_spec, units_from_spec
+from .output import Result
 from .workload import SimJob
 
 __all__ = ["Cluster", "InitialRun", "InitialState", "Result", "SimJob", "Simulation", "UsageInterval",

@@ -7,11 +7,15 @@ and turns them into a core `Topology`, `Policy` and `Unit`s the
 way the live snapshot does: host names `<domain>-hNN`, GPU ids
 `<host>:<index>`, hosts listed in `unhealthy_hosts` down, the fast lane on
 the hosts `core.choose_fast_lane_hosts` picks.
+
+What a simulation starts from besides (the budget what-if's live queue):
+`InitialState`, the runs already going, the usage before the start, the
+hosts' states.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from budgets.spec import OrgSpec, parse_org
 from scheduler.core import model as core
@@ -50,6 +54,38 @@ class Cluster:
     @property
     def host_names(self) -> set[str]:
         return {host.name for host in self.topology.hosts}
+
+
+@dataclass(frozen=True)
+class UsageInterval:
+    """GPU time a project used before the simulation started (for the fair-share window)."""
+
+    project: str
+    gpus: float
+    start: float
+    end: float
+    allocated: bool
+
+
+@dataclass(frozen=True)
+class InitialRun:
+    """A job already running when the simulation starts (the what-if from a live queue)."""
+
+    job: SimJob
+    start: float  # <= 0
+    gpu_ids: tuple[str, ...]
+    gpu_milli: int = core.WHOLE_GPU_MILLI
+    # Work done in earlier runs.
+    done: float = 0.0
+    host: str = ""
+
+
+@dataclass(frozen=True)
+class InitialState:
+    running: tuple[InitialRun, ...] = ()
+    history: tuple[UsageInterval, ...] = ()
+    # Host name -> state at the start (default: as in the topology).
+    host_states: dict[str, str] = field(default_factory=dict)
 
 
 def cluster_from_spec(spec: ClusterSpec) -> Cluster:

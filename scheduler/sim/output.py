@@ -1,4 +1,5 @@
-"""What `simulate` writes (FORMATS.md): summary.json, events.csv, jobs.csv, report.html.
+"""What `simulate` writes (FORMATS.md): summary.json, events.csv, jobs.csv, report.html; and the `Result` it
+writes them from, with its summary (`summarise`).
 
 Other programs read these files, so their columns and keys follow FORMATS.md
 exactly; extra keys are only ever added. Every file is a function of the
@@ -10,13 +11,40 @@ from __future__ import annotations
 import bisect
 import csv
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .engine import COMPLETED, FAILED, PENDING, PREEMPTED, PREEMPTING, RUNNING, WAITING, Result
-from .measures import CLASSES, HOUR, percentile, wait_summary
+from scheduler.core import model as core
+
+from .inputs import Cluster
+from .measures import CLASSES, HOUR, Tracker, percentile, wait_summary
+from .runs import COMPLETED, FAILED, PENDING, PREEMPTED, PREEMPTING, RUNNING, WAITING, Run
 
 EVENT_COLUMNS = ("time", "job_id", "event", "detail")
 JOB_COLUMNS = ("job_id", "project", "class", "submit", "first_start", "end", "state", "wait", "preemptions", "gpus")
+
+
+@dataclass
+class Result:
+    """Everything a simulation produced (`engine.Simulation.run`); summed up and written to files here."""
+
+    policy: str
+    cluster: Cluster
+    units: tuple[core.Unit, ...]
+    runs: list[Run]
+    events: list[tuple[float, str, str, str]]
+    tracker: Tracker
+    end: float
+    wall_seconds: float
+    core_calls: int
+    core_seconds: float
+    decisions: int
+    # Large job id -> (first reached the head, began its last stretch at the head), for those started.
+    large_heads: dict[str, tuple[float, float]]
+    host_states: dict[str, str]
+    # Every preemption on behalf of a job: (when, preemptor, victim, grace).
+    preemptions_for: list[tuple[float, str, str, float]] = field(default_factory=list)
+    summary: dict = field(default_factory=dict)
 
 
 def number(value: float | None) -> str:

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from client import cli
-from operations import whatif
+from operations.whatif import readers
 from scheduler.api.serializers import JobSubmitSerializer
 from scheduler.core import jobspec
 from scheduler.core.durations import format_duration
@@ -161,10 +161,10 @@ def test_the_what_if_simulates_queued_and_replayed_jobs_with_every_field_the_cor
     """What the core reads of a job reaches the what-if's simulation (a job's own restart_overhead did not)."""
     asked = {name: sample(jobspec.FIELD[name]) for name in jobspec.as_is(PendingJob, SimJob)}
     pending = PendingJob(**asked, id="7", project="olmo", submit_time=100.0, seq=7)
-    queued = whatif._queued(pending, zero=0.0, durations=whatif.Durations({}), sources=Counter())
+    queued = readers._queued(pending, zero=0.0, durations=readers.Durations({}), sources=Counter())
     since = datetime(2026, 12, 1, tzinfo=UTC)
     row = {**asked, "pk": 8, "project__name": "olmo", "user__username": "alice", "gpu_type": "", "priority": "low",
            "submitted_at": since}
-    (replayed,) = whatif._replayed([(row, 60.0, "default")], since=since)
+    (replayed,) = readers._replayed([(row, 60.0, "default")], since=since)
     for name, value in asked.items():
         assert getattr(queued, name) == getattr(replayed, name) == value, name

@@ -296,7 +296,7 @@ def test_a_failed_simulation_is_recorded_with_its_error(week, ask, monkeypatch):
     def broken(inputs):
         raise RuntimeError("the core refused the snapshot")
 
-    monkeypatch.setattr("operations.whatif.simulate_both", broken)
+    monkeypatch.setattr("operations.whatif.workflow.simulate_both", broken)
     found, created = what_if_submit(budget_request=ask(), user=get_user("pat"))
     assert created and found.status == "failed"
     assert found.error == "RuntimeError: the core refused the snapshot"
@@ -387,7 +387,7 @@ def test_the_section_polls_while_a_run_is_on_its_way(week, ask, client):
 
 
 def test_a_failure_shows_its_error_on_the_page_not_a_500(week, ask, client, monkeypatch):
-    monkeypatch.setattr("operations.whatif.simulate_both", lambda inputs: 1 / 0)
+    monkeypatch.setattr("operations.whatif.workflow.simulate_both", lambda inputs: 1 / 0)
     budget_request = ask()
     client.force_login(get_user("pat"))
     response = post_what_if(client, budget_request)

@@ -130,7 +130,7 @@ class WhatIfRunSerializer(serializers.Serializer):
 
 
 class WhatIfSerializer(serializers.ModelSerializer):
-    """A what-if: the next 7 days simulated without and with the request's change (budgets/whatif.py)."""
+    """A what-if: the next 7 days simulated without and with the request's change (operations/whatif/)."""
 
     request = serializers.PrimaryKeyRelatedField(source="budget_request", read_only=True)
     requested_by = serializers.SlugRelatedField(slug_field="username", read_only=True)

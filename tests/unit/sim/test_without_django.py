@@ -13,7 +13,7 @@ SIM_MODULES = sorted(f"scheduler.sim.{module.name}" for module in pkgutil.iter_m
 def test_the_list_of_modules_is_the_whole_simulator():
     assert {f"scheduler.sim.{name}" for name in (
         "checks", "cli", "engine", "faults", "generators", "inputs", "measures", "output", "policies", "report",
-        "traces", "workload")} <= set(SIM_MODULES)
+        "runs", "traces", "workload")} <= set(SIM_MODULES)
 
 
 def test_every_module_of_the_simulator_and_the_parsers_imports_without_django():

@@ -1,11 +1,4 @@
-"""The budget what-if: the next 7 days simulated from the live state, without and with a request's change.
-
-A manager deciding a request wants to know what the change would do. This
-module reads the cluster as it is now, plays the next `HORIZON` seconds in the
-discrete-event simulator (`scheduler.sim`, the same core the live tick calls)
-twice — with the shares as they are, and with the request's unit at the share
-tried — and reports, for the requesting unit, its siblings and its parent,
-the expected usage ratio and p90 wait on both sides.
+"""The what-if's readers: the live state of a cluster at one moment `now`, as both sides' inputs.
 
 What the simulation starts from, all read at one moment `now`:
 
@@ -31,52 +24,33 @@ the result, in words too.
 Every arrival of the window and every pending job is replayed, none left
 out: the simulator calls the scheduler only when a decision could change
 (`scheduler.core.quiet`), so a busy week takes seconds; the simulated
-scheduler decides at most every `DECISION_SECONDS`.
-A busy cluster is chaotic (one start a tick earlier can reorder the rest of
-the week), so the side without the change runs once more with the arrivals a
-few minutes later: how far its numbers move is reported as the noise a
-difference between the sides must exceed to mean anything.
+scheduler decides at most every `DECISION_SECONDS`. The same arrivals a few
+minutes later (`CONTROL_SHIFT`) are the control run's (`comparison`).
 
-Deterministic: the same database and `now` give the same results (every order
-is by time then id; the simulator has no randomness).
-
-The workflow (services): `what_if_submit` caches per request and state — the
-share tried, the snapshot hour and the cluster's shares — and otherwise
-records a queued `WhatIf` and enqueues `budgets.tasks.run_what_if` (in-process
-in the embedded default, a Celery worker in production); `what_if_run` claims
-it, simulates and stores the result or the error. Every status change is
-appended to the what-if's log with who and why.
+What a cached result is valid for: `state_key` (the share tried, the snapshot
+hour and a digest of the cluster's shares).
 """
 
 from __future__ import annotations
 
 import hashlib
-import logging
 import statistics
-import time
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.core.exceptions import ValidationError
-from django.db import transaction
 from django.db.models import Sum
 from django.utils import timezone
 
-from budgets.choices import WHAT_IF_ACTIVE, WhatIfStatus
-from budgets.models import Allocation, BudgetRequest, WhatIf
-from budgets.services import percent
+from budgets.models import Allocation, BudgetRequest
 from scheduler.choices import FINAL_STATES, JobState
-from scheduler.core import PREEMPTING, jobspec, schedule
+from scheduler.core import PREEMPTING, jobspec
 from scheduler.core import Unit as CoreUnit
 from scheduler.core import model as core_model
 from scheduler.models import GpuAssignment, Job
 from scheduler.sim import Cluster as SimCluster
-from scheduler.sim import InitialRun, InitialState, SimJob, UsageInterval, simulate
-from scheduler.sim.measures import percentile, unit_measures
+from scheduler.sim import InitialRun, InitialState, SimJob, UsageInterval
 from scheduler.snapshot import PRIORITY, build_snapshot
-
-log = logging.getLogger(__name__)
 
 DAY = 86400
 HORIZON = 7 * DAY
@@ -84,14 +58,11 @@ HORIZON = 7 * DAY
 REPLAY_WINDOW = 7 * DAY
 # When no job of the window has finished: one hour.
 DEFAULT_DURATION = 3600
-# A what-if queued or running for longer than this was lost (a worker died, a broker dropped it).
-STALE_AFTER = timedelta(minutes=15)
 # The simulated scheduler decides at most this often: the same decisions batched (a wait can come out up to
 # a minute longer).
 DECISION_SECONDS = 60
 # The control run (noise): the replayed arrivals this much later.
 CONTROL_SHIFT = 300
-WORKER_ACTOR = "system:what-if"
 POLICY = "allot"
 
 # Job id prefixes in the simulation: where each job came from.
@@ -100,9 +71,6 @@ RUNNING, QUEUED, REPLAYED = "running-", "queued-", "replay-"
 PENDING_AS_IS = jobspec.as_is(core_model.PendingJob, SimJob)
 RUNNING_AS_IS = jobspec.as_is(core_model.RunningJob, SimJob)
 STORED_AS_IS = jobspec.as_is(SimJob)
-
-
-# ---------------------------------------------------------------- inputs
 
 
 @dataclass(frozen=True)
@@ -454,208 +422,3 @@ def _replayed(arrivals: list, *, since: datetime, shift: float = 0.0) -> list[Si
             seq=row["pk"],
         ))
     return jobs
-
-
-# ---------------------------------------------------------------- simulation
-
-
-def _round(value: float | None, places: int = 4) -> float | None:
-    return None if value is None else round(value, places)
-
-
-def _waits(result) -> dict[str, list[float]]:
-    """Project → waits of its allocated jobs that were pending at the start or arrived (not those running)."""
-    waits: dict[str, list[float]] = {}
-    for run in result.runs:
-        job = run.job
-        if job.id.startswith(RUNNING) or not job.allocated or run.state == "waiting":
-            continue
-        start = run.first_start if run.first_start is not None else result.end
-        waits.setdefault(job.project, []).append(max(0.0, start - job.submit))
-    return waits
-
-
-def _side(inputs: WhatIfInputs, units: tuple[CoreUnit, ...], jobs: tuple[SimJob, ...] | None = None
-          ) -> tuple[dict, dict]:
-    began = time.perf_counter()
-    result = simulate(inputs.cluster, units, inputs.jobs if jobs is None else jobs, decide=schedule,
-                      policy_name=POLICY, initial=inputs.initial, until=HORIZON)
-    tracker = result.tracker
-    waits = _waits(result)
-    measures = unit_measures(units, used=tracker.used_by_project(), waits=waits,
-                             healthy_gpu_seconds=tracker.gpu_seconds()["up"])
-    every_wait = [wait for values in waits.values() for wait in values]
-    summary = result.summary
-    cluster = {
-        "occupancy": summary["occupancy"],
-        "allocated_occupancy": summary["allocated_occupancy"],
-        "unallocated_occupancy": summary["unallocated_occupancy"],
-        "wait_p90": _round(percentile(every_wait, 90), 1),
-        "jobs": len(every_wait),
-        "completed": summary["completed"],
-        "preemptions": summary["preemptions"],
-        "owed_delivered": summary["owed_delivered"]["overall"],
-        "wall_seconds": round(time.perf_counter() - began, 3),
-    }
-    return measures, cluster
-
-
-def _difference(a: float | None, b: float | None) -> float | None:
-    return None if a is None or b is None else abs(a - b)
-
-
-def simulate_both(inputs: WhatIfInputs, *, control: bool = True) -> dict:
-    """Run both sides; per affected unit its share, entitlement, usage, usage ratio and waits on each.
-
-    With `control`, the side without the change runs a second time on `inputs.control_jobs` (the arrivals a few
-    minutes later; when thinned, the other half): how much a unit's numbers move then (`noise`) is how much a
-    difference between the sides may be chance. A busy cluster is chaotic: one job starting a tick earlier can
-    reorder the rest of the week.
-    """
-    without, cluster_without = _side(inputs, inputs.without)
-    with_change, cluster_with = _side(inputs, inputs.with_change)
-    again = _side(inputs, inputs.without, inputs.control_jobs)[0] if control else None
-    shares = {"without": {u.name: u.share for u in inputs.without},
-              "with": {u.name: u.share for u in inputs.with_change}}
-
-    def side(measures: dict, share: float | None) -> dict:
-        return {
-            "share": share,
-            "share_of_cluster": _round(measures["share_of_cluster"], 6),
-            "entitled_gpu_hours": _round(measures["entitled_gpu_hours"], 1),
-            "used_gpu_hours": _round(measures["used_gpu_hours"], 1),
-            "usage_ratio": _round(measures["usage_ratio"]),
-            "wait_p50": _round(measures["wait_p50"], 1),
-            "wait_p90": _round(measures["wait_p90"], 1),
-            "jobs": measures["jobs"],
-        }
-
-    def noise(name: str) -> dict | None:
-        if again is None:
-            return None
-        return {key: _round(_difference(without[name][key], again[name][key]), places)
-                for key, places in (("usage_ratio", 4), ("wait_p90", 1), ("used_gpu_hours", 1))}
-
-    return {
-        "horizon_seconds": HORIZON,
-        "units": [
-            {"unit": name, "role": role,
-             "without": side(without[name], shares["without"][name]),
-             "with": side(with_change[name], shares["with"][name]),
-             "noise": noise(name)}
-            for name, role in inputs.affected
-        ],
-        "cluster": {"without": cluster_without, "with": cluster_with},
-        "control_shift_seconds": CONTROL_SHIFT if control else None,
-    }
-
-
-def what_if(budget_request: BudgetRequest, *, share: Decimal, now: datetime, **caps) -> tuple[dict, dict]:
-    """(assumptions, results) of one what-if, computed now, stored nowhere."""
-    inputs = build_inputs(budget_request, share=share, now=now, **caps)
-    return inputs.assumptions, simulate_both(inputs)
-
-
-# ---------------------------------------------------------------- workflow (services)
-
-
-def _entry(at: datetime, status: str, actor: str, reason: str) -> dict:
-    return {"at": at.isoformat(), "status": status, "actor": actor, "reason": reason}
-
-
-def _actor(user) -> str:
-    return user.get_username() if hasattr(user, "get_username") else str(user)
-
-
-@transaction.atomic
-def _transition(what_if_id: int, *, from_statuses, to: str, actor: str, reason: str, now: datetime | None = None,
-                **fields) -> WhatIf | None:
-    """Move a what-if from one of `from_statuses` to `to` and log it; None if it was not in one (another worker
-    claimed it, or it ended meanwhile)."""
-    now = now or timezone.now()
-    row = WhatIf.objects.select_for_update().filter(pk=what_if_id, status__in=from_statuses).first()
-    if row is None:
-        return None
-    row.status = to
-    for name, value in fields.items():
-        setattr(row, name, value)
-    row.log = [*row.log, _entry(now, to, actor, reason)]
-    row.save(update_fields=["status", "log", *fields])
-    return row
-
-
-@transaction.atomic
-def what_if_request(*, budget_request: BudgetRequest, user, share=None, force: bool = False,
-                    now: datetime | None = None) -> tuple[WhatIf, bool]:
-    """The what-if for this request and the current state: a fresh one if cached, else a new queued one.
-
-    Returns (what-if, created). `share`: the share to try (percent of the parent; default: the one asked).
-    `force` runs again although a result for this state exists (never while one is on its way).
-    """
-    now = now or timezone.now()
-    share = budget_request.requested_percent if share in (None, "") else percent(share, "share")
-    if not budget_request.is_open:
-        raise ValidationError({"status": [
-            f"request #{budget_request.pk} is {budget_request.status}: the what-if compares a change still to be "
-            "decided; its last result stays on the page"
-        ]})
-    key, hour = state_key(budget_request, share, now)
-    BudgetRequest.objects.select_for_update().filter(pk=budget_request.pk).first()  # one new run per click
-    for stale in budget_request.what_ifs.filter(status__in=WHAT_IF_ACTIVE, created_at__lt=now - STALE_AFTER):
-        _transition(stale.pk, from_statuses=WHAT_IF_ACTIVE, to=WhatIfStatus.FAILED, actor=_actor(user), now=now,
-                    reason="found still waiting when asked again", finished_at=now,
-                    error=f"not finished within {STALE_AFTER.seconds // 60} minutes: no worker took it, or it died")
-    cached = budget_request.what_ifs.filter(state_key=key).exclude(status=WhatIfStatus.FAILED).first()
-    if cached is not None and (cached.is_active or not force):
-        return cached, False
-    reason = "asked again" if cached is not None else "asked"
-    created = WhatIf.objects.create(
-        budget_request=budget_request, requested_by=user, created_at=now, share_percent=share,
-        snapshot_hour=hour, state_key=key, log=[_entry(now, WhatIfStatus.QUEUED, _actor(user), reason)],
-    )
-    return created, True
-
-
-def what_if_submit(*, budget_request: BudgetRequest, user, share=None, force: bool = False) -> tuple[WhatIf, bool]:
-    """`what_if_request`, then enqueue the simulation (which runs right here in the embedded default)."""
-    from operations.tasks import run_what_if
-
-    found, created = what_if_request(budget_request=budget_request, user=user, share=share, force=force)
-    if created:
-        try:
-            run_what_if.delay(found.pk)
-        except Exception as error:  # the broker is down: say so on the page rather than fail it
-            log.exception("what-if %s could not be queued", found.pk)
-            _transition(found.pk, from_statuses=WHAT_IF_ACTIVE, to=WhatIfStatus.FAILED, actor="system:queue",
-                        reason="could not be queued", finished_at=timezone.now(),
-                        error=f"could not be queued ({type(error).__name__}: {error})"[:2000])
-        found.refresh_from_db()
-    return found, created
-
-
-def what_if_run(*, what_if_id: int, actor: str = WORKER_ACTOR) -> WhatIf | None:
-    """Claim a queued what-if, simulate both sides and store the result, or the error: never raises for a
-    failed simulation. None if there is no such what-if; unchanged if another worker claimed it."""
-    now = timezone.now()
-    claimed = _transition(what_if_id, from_statuses=[WhatIfStatus.QUEUED], to=WhatIfStatus.RUNNING, actor=actor,
-                          reason="simulating the next 7 days, without and with the change", now=now, started_at=now)
-    if claimed is None:
-        return WhatIf.objects.filter(pk=what_if_id).first()
-    began = time.perf_counter()
-    assumptions: dict = {}
-    try:
-        budget_request = BudgetRequest.objects.select_related("unit__parent", "cluster").get(
-            pk=claimed.budget_request_id)
-        inputs = build_inputs(budget_request, share=claimed.share_percent, now=now)
-        assumptions = inputs.assumptions
-        results = simulate_both(inputs)
-    except Exception as error:
-        log.exception("what-if %s failed", what_if_id)
-        return _transition(what_if_id, from_statuses=[WhatIfStatus.RUNNING], to=WhatIfStatus.FAILED, actor=actor,
-                           reason="the simulation failed", finished_at=timezone.now(), assumptions=assumptions,
-                           error=f"{type(error).__name__}: {error}"[:2000])
-    seconds = time.perf_counter() - began
-    results["wall_seconds"] = round(seconds, 3)
-    return _transition(what_if_id, from_statuses=[WhatIfStatus.RUNNING], to=WhatIfStatus.DONE, actor=actor,
-                       reason=f"simulated in {seconds:.1f} s", finished_at=timezone.now(),
-                       assumptions=assumptions, results=results)
