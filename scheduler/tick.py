@@ -8,7 +8,7 @@ nothing double-booked: the next tick starts again from what is committed.
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -71,6 +71,7 @@ def run_tick(cluster: Cluster, *, now: datetime | None = None, leader: str = "")
         decide_seconds=apply_began - decide_began, apply_seconds=finished - apply_began, started=result.started,
         preempted=result.preempted, pending=result.pending, running=result.running, leader=leader,
         unit_ratios={name: ratio for name, ratio in decisions.unit_ratios.items() if ratio != float("inf")},
+        queue_order=[asdict(step) for step in decisions.queue_order],
         reservations=[
             {"job": int(r.job_id), "domain": r.domain, "hosts": list(r.hosts),
              "expected_start": moment(r.expected_start).isoformat(), "reason": r.reason}
