@@ -14,7 +14,15 @@ from budgets.selectors import entitled_gpu_seconds, walk_units
 from scheduler.choices import LIVE_STATES, EventKind
 from scheduler.core import model as core
 from scheduler.core.drains import if_drained
-from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
+from scheduler.core.measures import (
+    FRAGMENTATION_SIZES,
+    Demand,
+    Held,
+    Measures,
+    Sample,
+    free_gpus_by_host,
+    measure,
+)
 from scheduler.core.model import QUEUE_NEW, QueueStep
 from scheduler.core.reasons import queue_step
 from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, Tick
@@ -199,6 +207,13 @@ def cluster_measures(cluster, views=None) -> Measures:
     topology, held, total = measures_input(views)
     return measure(topology, held, total_gpus=total)
 
+
+def cluster_sample(cluster, views=None) -> Sample:
+    """The cluster now, read from the database, as the tick samples it for the history from its snapshot and
+    decisions (`core.measures.sample_after`): the same pure measures, the queue's demand, the live jobs."""
+    pending = pending_demand(cluster)
+    return Sample(cluster_measures(cluster, views), Demand(pending["jobs"], pending["gpus"], pending["allocated_gpus"]),
+                  Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).count())
 
 
 def free_by_domain(views) -> list[dict]:
