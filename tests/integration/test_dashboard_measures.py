@@ -4,6 +4,7 @@ definitions the simulator uses (scheduler/core/measures.py, DESIGN §5)."""
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError
 from django.utils import timezone
 
 from operations.selectors import project_consumption
@@ -231,3 +232,21 @@ def test_the_sample_a_tick_keeps_is_what_the_dashboard_reads_right_after_it(lab,
     # (2 GPUs) and the domain job wait; 8 live jobs (4 before, 4 started).
     assert (row.allocated, row.unallocated) == (pytest.approx(10.8), pytest.approx(4.25))
     assert (row.pending_jobs, row.pending_gpus, row.running_jobs, result.tick.running) == (2, 18, 8, 8)
+
+
+def test_a_tick_that_rolled_back_leaves_the_sample_to_the_next(lab, settings, monkeypatch):
+    """What the database holds is then not what the tick's snapshot saw: no sample is measured from it."""
+    settings.ALLOT_SAMPLE_SECONDS = 60
+    make_job(cluster="lab", gpus=2, min_runtime=3600, state="pending")
+    from scheduler import tick as tick_module
+
+    def raced(*args, **kwargs):
+        raise IntegrityError("another writer took the GPU")
+
+    now = timezone.now()
+    with monkeypatch.context() as patch:
+        patch.setattr(tick_module, "_apply_start", raced)
+        assert run_tick(lab, now=now).skipped
+    assert not ClusterSample.objects.filter(cluster=lab).exists()
+    run_tick(lab, now=now + timedelta(seconds=5))
+    assert ClusterSample.objects.get(cluster=lab).running_jobs == cluster_sample(lab).running_jobs == 4
