@@ -2,19 +2,21 @@
 
 Both ride on the tick (the only writer), cost a few queries, and stay bounded:
 samples beyond the fair-share window and tick rows older than
-`TICK_RETENTION` are pruned when a sample is written.
+`TICK_RETENTION` are pruned when a sample is written. The sample's measures
+are the tick's own (`core.measures.sample_after`, from its snapshot and the
+decisions it applied): nothing here reads the inventory again.
 """
 
 from bisect import bisect_left
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Avg, Count, Max
 
-from scheduler.choices import LIVE_STATES
-from scheduler.models import ClusterSample, Job, Tick, TickHistogram
-from scheduler.selectors import cluster_measures, pending_demand
+from scheduler.core.measures import Sample
+from scheduler.models import ClusterSample, Tick, TickHistogram
 
 # Upper bounds (seconds) of the tick duration histogram: Prometheus' defaults, which bracket
 # DESIGN §6's targets (core decision ≤ 0.25 s, whole tick ≤ 1 s at 16k GPUs).
@@ -40,11 +42,9 @@ def sample_due(cluster, now: datetime) -> bool:
     return not ClusterSample.objects.filter(cluster=cluster, at__gt=now - interval, at__lte=now).exists()
 
 
-def record_sample(cluster, *, now: datetime, running_jobs: int | None = None) -> ClusterSample:
-    """Measure the cluster as it stands (after the tick applied its decisions) and keep it."""
-    measures = cluster_measures(cluster)
-    states, fragmentation = measures.states, measures.fragmentation
-    demand = pending_demand(cluster)
+def record_sample(cluster, *, now: datetime, sample: Sample) -> ClusterSample:
+    """Keep `sample`, the cluster as it stands after a tick applied its decisions, with the ticks since the last."""
+    states, fragmentation, demand = sample.measures.states, sample.measures.fragmentation, sample.pending
     previous = ClusterSample.objects.filter(cluster=cluster, at__lt=now).order_by("-at").values_list(
         "at", flat=True).first()
     ticks = Tick.objects.filter(cluster=cluster, started_at__lte=now)
@@ -53,21 +53,18 @@ def record_sample(cluster, *, now: datetime, running_jobs: int | None = None) ->
     else:
         ticks = ticks.filter(started_at__gt=now - timedelta(seconds=settings.ALLOT_SAMPLE_SECONDS))
     durations = ticks.aggregate(count=Count("id"), mean=Avg("duration"), worst=Max("duration"))
-    if running_jobs is None:
-
-        running_jobs = Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).count()
-    sample = ClusterSample.objects.create(
+    row = ClusterSample.objects.create(
         cluster=cluster, at=now, total_gpus=states.total, allocated=round(states.allocated, 3),
         unallocated=round(states.unallocated, 3), idle=round(states.idle, 3),
         unavailable=round(states.unavailable, 3), free_gpus=fragmentation.free_gpus,
         largest_placeable=fragmentation.largest_placeable,
         stranded={str(k): round(value, 4) for k, value in fragmentation.stranded.items()},
-        pending_jobs=demand["jobs"], pending_gpus=demand["gpus"], pending_allocated_gpus=demand["allocated_gpus"],
-        running_jobs=running_jobs, ticks=durations["count"] or 0, tick_seconds_mean=durations["mean"] or 0.0,
+        pending_jobs=demand.jobs, pending_gpus=demand.gpus, pending_allocated_gpus=demand.allocated_gpus,
+        running_jobs=sample.running_jobs, ticks=durations["count"] or 0, tick_seconds_mean=durations["mean"] or 0.0,
         tick_seconds_max=durations["worst"] or 0.0,
     )
     prune(cluster, now=now)
-    return sample
+    return row
 
 
 def prune(cluster, *, now: datetime) -> None:
@@ -75,9 +72,11 @@ def prune(cluster, *, now: datetime) -> None:
     Tick.objects.filter(cluster=cluster, started_at__lt=now - TICK_RETENTION).delete()
 
 
-def after_tick(cluster, *, now: datetime, duration: float, running_jobs: int | None = None) -> ClusterSample | None:
-    """The tick's bookkeeping for the dashboards: histogram always, a sample when one is due."""
+def after_tick(cluster, *, now: datetime, duration: float,
+               measure: Callable[[], Sample] | None) -> ClusterSample | None:
+    """The tick's bookkeeping for the dashboards: histogram always, a sample when one is due (measured only
+    then; no sample when `measure` is None, a tick that rolled back)."""
     record_tick_duration(cluster, duration)
-    if sample_due(cluster, now):
-        return record_sample(cluster, now=now, running_jobs=running_jobs)
+    if measure is not None and sample_due(cluster, now):
+        return record_sample(cluster, now=now, sample=measure())
     return None

@@ -282,6 +282,10 @@ class Tick(models.Model):
     leader = models.CharField(max_length=200, blank=True)
     # Unit name → allocated usage ratio at the start of the tick (for the queue page).
     unit_ratios = models.JSONField(default=dict, blank=True)
+    # Every project with a job still waiting, in queue order, and why it stands after the previous one, as the
+    # core explained its order (`core.model.QueueStep` fields; the queue page renders them with
+    # `core.reasons.queue_step`).
+    queue_order = models.JSONField(default=list, blank=True)
     # Domains or hosts held for head-of-line jobs (rule 5): job, domain, hosts, expected start, reason.
     reservations = models.JSONField(default=list, blank=True)
 

@@ -1,7 +1,7 @@
 """Reads about jobs for pages and the API; a fixed number of queries each, whatever the number of jobs."""
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -14,8 +14,17 @@ from budgets.selectors import entitled_gpu_seconds, walk_units
 from scheduler.choices import LIVE_STATES, EventKind
 from scheduler.core import model as core
 from scheduler.core.drains import if_drained
-from scheduler.core.measures import FRAGMENTATION_SIZES, Held, Measures, free_gpus_by_host, measure
-from scheduler.core.reasons import format_percent
+from scheduler.core.measures import (
+    FRAGMENTATION_SIZES,
+    Demand,
+    Held,
+    Measures,
+    Sample,
+    free_gpus_by_host,
+    measure,
+)
+from scheduler.core.model import QUEUE_NEW, QueueStep
+from scheduler.core.reasons import queue_step
 from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, Tick
 from scheduler.racks import domain_views
 from scheduler.snapshot import moment, running_on_host
@@ -113,42 +122,24 @@ def unit_paths() -> dict[int, list[Unit]]:
     return paths
 
 
-def explain_order(before: dict | None, row: dict) -> str:
-    """Why a project's jobs stand after the previous project's: the first level where their units differ."""
-    if before is None:
-        if not row["allocated"]:
-            return "only unallocated jobs wait: they share idle GPUs in fair-share order of free usage"
-        return "first: its units are the least served of those with allocated jobs waiting"
-    if before["allocated"] and not row["allocated"]:
-        return "only unallocated jobs (minimum runtime 0) wait here: they come after all allocated work"
-    if row["first"] is None:
-        return "submitted since the last tick: placed at the next one"
-    if not before["allocated"] and not row["allocated"]:
-        return "both wait unallocated: the project that used less free GPU time goes first"
-    for (ahead, ahead_ratio), (here, here_ratio) in zip(before["path"], row["path"], strict=False):
-        if ahead == here:
-            continue
-        if here_ratio is None and ahead_ratio is None:
-            return f"neither {ahead} nor {here} has an allocation here; ties go by name"
-        if here_ratio is None:
-            return f"{here} has no allocation on this cluster: its jobs come after allocated units'"
-        if ahead_ratio is None:
-            return f"the order of the last tick ({ahead} has no allocation here)"
-        if ahead_ratio < here_ratio:
-            return (f"{ahead} has used {format_percent(ahead_ratio)} of its budget, "
-                    f"{here} {format_percent(here_ratio)}: the less-served sibling goes first")
-        if ahead_ratio == here_ratio:
-            return (f"{ahead} and {here} have both used {format_percent(here_ratio)}: "
-                    f"the larger share goes first, then the name")
-        return (f"{here} started jobs in the last tick (each start charges its units for its minimum runtime), "
-                f"so {ahead} ({format_percent(ahead_ratio)} at the start of the tick) now comes first")
-    return "same units: by project priority, then submit time"
+QUEUE_STEP_FIELDS = tuple(item.name for item in fields(QueueStep))
+
+
+def order_reason(stored: dict | None, project: str, first: int | None) -> str:
+    """Why a project stands where it does in the queue, as the last tick's core explained it (`Tick.queue_order`);
+    a project whose jobs all came after that tick waits for the next one."""
+    if first is None:
+        return queue_step(QueueStep(project, 0, QUEUE_NEW))
+    if stored is None:
+        return ""  # a tick from before the order was explained
+    return queue_step(QueueStep(**{name: stored[name] for name in QUEUE_STEP_FIELDS if name in stored}))
 
 
 def queue_view(cluster, *, user, limit: int = 500) -> dict:
-    """The cluster's queue in fair-share order, the order explained by unit ratios, and the user's jobs."""
+    """The cluster's queue in fair-share order, the order as the last tick explained it, and the user's jobs."""
     tick = latest_tick(cluster)
     ratios = tick.unit_ratios if tick else {}
+    explained = {step.get("project"): step for step in (tick.queue_order if tick else [])}
     jobs = Job.objects.filter(cluster=cluster).select_related("project", "user")
     pending = list(jobs.pending().order_by(F("queue_position").asc(nulls_last=True), "pk")[:limit])
     running = list(jobs.filter(state__in=LIVE_STATES).order_by("run_started_at", "pk"))
@@ -175,12 +166,11 @@ def queue_view(cluster, *, user, limit: int = 500) -> dict:
         }
         for project_id, entry in demand.items()
     ]
-    # The order the tick produced (each project where its first job stands), explained by the ratios.
+    # The order the tick produced (each project where its first job stands), as the tick explained it.
     order.sort(key=lambda row: (row["first"] is None, row["first"] or 0, row["project"].name))
-    previous = None
     for row in order:
-        row["why"] = explain_order(previous, row)
-        previous = row
+        name = row["project"].name
+        row["why"] = order_reason(explained.get(name), name, row["first"])
     return {
         "tick": tick, "pending": pending, "pending_total": jobs.pending().count(), "running": running,
         "order": order, "mine": [job for job in [*running, *pending] if job.user_id == user.pk],
@@ -216,6 +206,14 @@ def cluster_measures(cluster, views=None) -> Measures:
     views = views if views is not None else domain_views(cluster)
     topology, held, total = measures_input(views)
     return measure(topology, held, total_gpus=total)
+
+
+def cluster_sample(cluster, views=None) -> Sample:
+    """The cluster now, read from the database, as the tick samples it for the history from its snapshot and
+    decisions (`core.measures.sample_after`): the same pure measures, the queue's demand, the live jobs."""
+    pending = pending_demand(cluster)
+    return Sample(cluster_measures(cluster, views), Demand(pending["jobs"], pending["gpus"], pending["allocated_gpus"]),
+                  Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).count())
 
 
 def free_by_domain(views) -> list[dict]:

@@ -8,7 +8,8 @@ nothing double-booked: the next tick starts again from what is committed.
 
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -20,6 +21,7 @@ from scheduler.choices import LIVE_STATES, EventKind, JobState
 from scheduler.core import mig as mig_geometry
 from scheduler.core.durations import format_duration
 from scheduler.core.lifecycle import Cause, Outcome, StopCause
+from scheduler.core.measures import Sample, running_after, sample_after
 from scheduler.core.model import gpu_host
 from scheduler.executors import advance_simulated, expire_heartbeats, reconcile
 from scheduler.history import after_tick
@@ -43,6 +45,8 @@ class TickResult:
     running: int = 0
     skipped: list = field(default_factory=list)  # decisions another writer made stale
     tick: Tick | None = None
+    # The decisions that took effect (None: the tick rolled back), for measuring the cluster after it.
+    applied: core.Decisions | None = None
 
 
 def run_tick(cluster: Cluster, *, now: datetime | None = None, leader: str = "") -> TickResult:
@@ -71,6 +75,7 @@ def run_tick(cluster: Cluster, *, now: datetime | None = None, leader: str = "")
         decide_seconds=apply_began - decide_began, apply_seconds=finished - apply_began, started=result.started,
         preempted=result.preempted, pending=result.pending, running=result.running, leader=leader,
         unit_ratios={name: ratio for name, ratio in decisions.unit_ratios.items() if ratio != float("inf")},
+        queue_order=[asdict(step) for step in decisions.queue_order],
         reservations=[
             {"job": int(r.job_id), "domain": r.domain, "hosts": list(r.hosts),
              "expected_start": moment(r.expected_start).isoformat(), "reason": r.reason}
@@ -78,7 +83,7 @@ def run_tick(cluster: Cluster, *, now: datetime | None = None, leader: str = "")
         ],
     )
     try:
-        after_tick(cluster, now=now, duration=result.tick.duration, running_jobs=result.running)
+        after_tick(cluster, now=now, duration=result.tick.duration, measure=_measure(tick_input, result.applied))
     except DatabaseError as error:
         # The dashboards' bookkeeping never costs a tick.
         log.warning("tick bookkeeping on %s failed: %s", cluster.name, error)
@@ -89,9 +94,11 @@ def run_tick(cluster: Cluster, *, now: datetime | None = None, leader: str = "")
 def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Decisions) -> TickResult:
     now = tick_input.now
     result = TickResult(cluster=cluster.name)
+    preempted, started = [], []
     for preemption in decisions.preemptions:
         if _apply_preemption(cluster, preemption, now):
             result.preempted += 1
+            preempted.append(preemption)
         else:
             result.skipped.append(f"preempt {preemption.job_id}")
     for layout in decisions.mig_layouts:
@@ -99,6 +106,7 @@ def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Dec
     for start in decisions.starts:
         if _apply_start(cluster, tick_input, start, now):
             result.started += 1
+            started.append(start)
         else:
             result.skipped.append(f"start {start.job_id}")
     for change in decisions.host_changes:
@@ -112,9 +120,19 @@ def apply_decisions(cluster: Cluster, tick_input: TickInput, decisions: core.Dec
             _write_drain_leaves(host, change)
     _write_earmarks(tick_input, decisions, now)
     _write_queue_fields(tick_input, decisions)
+    result.applied = core.Decisions(starts=tuple(started), preemptions=tuple(preempted))
     result.pending = len(decisions.pending)
-    result.running = Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).count()
+    result.running = running_after(tick_input.snapshot, result.applied)
     return result
+
+
+def _measure(tick_input: TickInput, applied: core.Decisions | None) -> Callable[[], Sample] | None:
+    """How to measure the cluster after the tick, for the dashboard's history: from the snapshot and the
+    decisions that took effect, no second read of the inventory. None when the tick rolled back (what the
+    database holds is then not what the snapshot saw): the next tick takes the sample."""
+    if applied is None:
+        return None
+    return lambda: sample_after(tick_input.snapshot, applied, total_gpus=len(tick_input.gpu_pks))
 
 
 def _apply_mig_layout(tick_input: TickInput, layout: core.MigLayout, now: datetime) -> None:

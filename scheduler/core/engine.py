@@ -30,7 +30,7 @@ from .capacity import Capacity, HostState
 from .defrag import DefragPlan, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
 from .earmarks import check_claims
-from .fairshare import FairShareWalk, UnitNode, UnitTree, gpu_amount, sides_at_common_ancestor
+from .fairshare import FairShareWalk, UnitNode, UnitTree, explain_order, gpu_amount, sides_at_common_ancestor
 from .lifecycle import Cause, StopCause
 from .model import (
     ANY,
@@ -46,6 +46,7 @@ from .model import (
     PendingStatus,
     Policy,
     Preemption,
+    QueueStep,
     Reservation,
     RunningJob,
     Snapshot,
@@ -134,7 +135,8 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
         # 4. Unallocated jobs fill what is left, in fair-share order of free time (rule 6).
         cycle.unallocated_jobs(state.queues[False])
 
-        # 5. Every job still pending: its reason, position and estimated start (rule 8), unless not asked for.
+        # 5. Every job still pending: its reason, position and estimated start (rule 8), and why each project
+        #    stands where it does in the order, unless not asked for.
         pending = cycle.statuses(unit_ratios) if policy.explain else {}
 
         # 6. Drains that are done, and the progress of the others.
@@ -154,6 +156,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
         mig_layouts=tuple(cycle.mig_layouts.values()),
         earmarks=cycle.earmarks(),
         earmark_drops=tuple(cycle.earmark_drops),
+        queue_order=cycle.queue_order,
     )
     if commit:
         state.commit(decisions, cycle.started_runs, now)
@@ -260,6 +263,8 @@ class Cycle:
         # and projects whose search that kept to one unit: project -> (that unit, the waiting sibling's project).
         self._blocked: dict[str, UnitNode] = {}
         self._scoped: dict[str, tuple[str, str]] = {}
+        # Why each project with a job still waiting stands where it does (`statuses`).
+        self.queue_order: tuple[QueueStep, ...] = ()
 
     # ------------------------------------------------------------ phases
 
@@ -806,7 +811,8 @@ class Cycle:
         ahead take them first, in fair-share order. Topology is ignored, no
         new arrival is assumed, and every job whose protection ends is assumed
         to go: an optimistic bound. Unallocated jobs and projects rule 5 found
-        nothing for get none.
+        nothing for get none. Sets `queue_order`: each project where its first
+        waiting job stands, explained (`fairshare.explain_order`).
         """
         times, released = self._release_timeline()
         free_now = self.capacity.free_gpus
@@ -818,11 +824,18 @@ class Cycle:
         started, waits, no_estimate = self.started, self.waits, self._entitled_elsewhere
         coming = released[-1] if released else 0
         position = 0
+        # Project -> where its first waiting job stands and whether it is allocated, in queue order.
+        firsts: dict[str, tuple[int, bool]] = {}
+        project = None
         for job in self.order:
             job_id = job.id
             if job_id in started:
                 continue
             position += 1
+            if job.project != project:
+                project = job.project
+                if project not in firsts:
+                    firsts[project] = (position, job.min_runtime > 0)
             wait = waits[job_id]
             text = texts.get(wait)
             if text is None:
@@ -834,6 +847,7 @@ class Cycle:
                 if estimate is None and 0 < short <= coming and job.project not in no_estimate:
                     estimate = times[bisect_left(released, short)]
             result[job_id] = PendingStatus(job_id, text, position, estimate)
+        self.queue_order = explain_order(firsts, self.tree, unit_ratios)
         return result
 
     def _reason(self, job: PendingJob, wait: Wait, head: PendingJob | None, unit_ratios: dict[str, float]) -> str:

@@ -8,7 +8,25 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from .model import WHOLE_GPU_MILLI, PendingJob, RunningJob, Unit, in_seq_order
+from .model import (
+    QUEUE_AFTER_ALLOCATED,
+    QUEUE_AHEAD_NO_ALLOCATION,
+    QUEUE_BOTH_UNALLOCATED,
+    QUEUE_CHARGED,
+    QUEUE_EQUAL_RATIOS,
+    QUEUE_FIRST,
+    QUEUE_FIRST_UNALLOCATED,
+    QUEUE_LESS_SERVED,
+    QUEUE_NEITHER_ALLOCATED,
+    QUEUE_NO_ALLOCATION,
+    QUEUE_SAME_UNITS,
+    WHOLE_GPU_MILLI,
+    PendingJob,
+    QueueStep,
+    RunningJob,
+    Unit,
+    in_seq_order,
+)
 
 
 def gpu_amount(gpus: int, milli: int) -> float:
@@ -266,6 +284,60 @@ class FairShareWalk:
             self._cursor[name] = len(queue)
             self._current = None
             yield from queue[position:]
+
+
+def explain_order(firsts: dict[str, tuple[int, bool]], tree: UnitTree,
+                  ratios: dict[str, float]) -> tuple[QueueStep, ...]:
+    """Rule 2's order explained: why each project stands after the previous one, in queue order.
+
+    `firsts` maps each project with a job still waiting, in queue order, to
+    where its first waiting job stands and whether that job is allocated;
+    `ratios` are the units' usage ratios at the start of the tick (before this
+    tick's charges). Two consecutive allocated projects are compared at the
+    first level of the org tree where their units differ, as the walk compared
+    them. Costs projects × tree depth.
+    """
+    steps = []
+    before: tuple[UnitNode, bool] | None = None
+    for project, (position, allocated) in firsts.items():
+        node = tree.nodes[project]
+        if before is None:
+            step = QueueStep(project, position, QUEUE_FIRST if allocated else QUEUE_FIRST_UNALLOCATED)
+        elif not allocated:
+            step = QueueStep(project, position, QUEUE_AFTER_ALLOCATED if before[1] else QUEUE_BOTH_UNALLOCATED)
+        else:
+            step = _after_sibling(project, position, before[0], node, ratios)
+        steps.append(step)
+        before = (node, allocated)
+    return tuple(steps)
+
+
+def _after_sibling(project: str, position: int, previous: UnitNode, node: UnitNode,
+                   ratios: dict[str, float]) -> QueueStep:
+    """The first level where the two projects' units differ, and what their ratios say there."""
+
+    def ratio(unit: UnitNode) -> float | None:
+        value = ratios.get(unit.name, math.inf)
+        return None if math.isinf(value) else value
+
+    for ahead, here in zip(previous.path, node.path, strict=False):
+        if ahead is here:
+            continue
+        ahead_ratio, here_ratio = ratio(ahead), ratio(here)
+        if ahead_ratio is None and here_ratio is None:
+            kind = QUEUE_NEITHER_ALLOCATED
+        elif here_ratio is None:
+            kind = QUEUE_NO_ALLOCATION
+        elif ahead_ratio is None:
+            kind = QUEUE_AHEAD_NO_ALLOCATION
+        elif ahead_ratio < here_ratio:
+            kind = QUEUE_LESS_SERVED
+        elif ahead_ratio == here_ratio:
+            kind = QUEUE_EQUAL_RATIOS
+        else:
+            kind = QUEUE_CHARGED
+        return QueueStep(project, position, kind, ahead.name, here.name, ahead_ratio, here_ratio)
+    return QueueStep(project, position, QUEUE_SAME_UNITS)
 
 
 def share_of_cluster(units: tuple[Unit, ...]) -> dict[str, float]:

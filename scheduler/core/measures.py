@@ -2,8 +2,9 @@
 
 Pure: a core `Topology` and what jobs hold in, numbers out. The live
 dashboard feeds it from the database (`scheduler.selectors.cluster_measures`),
-the simulator from its own state; time averages are the caller's (weight each
-moment by how long it lasted).
+the tick's history sample from its snapshot and the decisions it applied
+(`sample_after`), the simulator from its own state; time averages are the
+caller's (weight each moment by how long it lasted).
 
 What a GPU is doing, at any moment, is exactly one of four things, so the
 four add up to every GPU of the inventory:
@@ -36,7 +37,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .model import UP, WHOLE_GPU_MILLI, RunningJob, Topology
+from .lifecycle import Cause, StopCause
+from .model import UP, WHOLE_GPU_MILLI, Decisions, PendingJob, Preemption, RunningJob, Snapshot, Topology
 
 # Job sizes (GPUs in one NVLink domain) the dashboards and the simulator report stranded(k) for.
 FRAGMENTATION_SIZES = (8, 16, 32, 72)
@@ -196,6 +198,82 @@ def measure(topology: Topology, held: Iterable[Held], *, total_gpus: int,
         states=gpu_states(topology, held, total_gpus=total_gpus),
         fragmentation=fragmentation(topology, free_gpus_by_host(topology, busy), sizes),
     )
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Pending jobs and the GPUs they ask for; allocated: minimum runtime > 0."""
+
+    jobs: int = 0
+    gpus: int = 0
+    allocated_gpus: int = 0
+
+    @property
+    def unallocated_gpus(self) -> int:
+        return self.gpus - self.allocated_gpus
+
+
+def pending_demand(jobs: Iterable[PendingJob]) -> Demand:
+    return demand((job.gpus, job.min_runtime > 0) for job in jobs)
+
+
+def demand(asks: Iterable[tuple[int, bool]]) -> Demand:
+    """The demand of jobs asking (GPUs, allocated?)."""
+    jobs = gpus = allocated = 0
+    for count, is_allocated in asks:
+        jobs += 1
+        gpus += count
+        allocated += count if is_allocated else 0
+    return Demand(jobs, gpus, allocated)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A cluster at one moment as the dashboard's history keeps it: its measures, the queue, the live jobs."""
+
+    measures: Measures
+    pending: Demand
+    running_jobs: int
+
+
+def sample_after(snapshot: Snapshot, applied: Decisions, *, total_gpus: int) -> Sample:
+    """The cluster of `snapshot` once `applied` (the decisions the caller made stick) took effect.
+
+    `applied` holds decisions of a tick on this snapshot (starts of its
+    pending jobs, preemptions of its running ones). A started job holds the
+    GPUs it started on; a job whose host is down is gone (back in the queue
+    if it requeues); other preempted jobs still hold their GPUs through their
+    grace period. A drain that is done and a MIG layout change no measure (a
+    draining host takes no job, nor does a drained one). `total_gpus` counts
+    every GPU of the inventory, failed ones included (the snapshot has only
+    healthy ones). Costs GPUs + jobs.
+    """
+    pending = {job.id: job for job in snapshot.pending}
+    running = {job.id: job for job in snapshot.running}
+    requeued = []
+    for preemption in applied.preemptions:
+        if _lost(preemption):
+            job = running.pop(preemption.job_id)
+            if preemption.requeue:
+                requeued.append((len(job.gpu_ids), job.min_runtime > 0))
+    held = held_by(running.values())
+    for start in applied.starts:
+        job = pending.pop(start.job_id)
+        held.extend(Held(gpu_id, start.gpu_milli, job.min_runtime > 0) for gpu_id in start.gpu_ids)
+    asks = [(job.gpus, job.min_runtime > 0) for job in pending.values()] + requeued
+    return Sample(measure(snapshot.topology, held, total_gpus=total_gpus), demand(asks),
+                  running_after(snapshot, applied))
+
+
+def running_after(snapshot: Snapshot, applied: Decisions) -> int:
+    """Live jobs once `applied` took effect: the snapshot's and those started, less those lost with their host."""
+    return len(snapshot.running) + len(applied.starts) - sum(1 for preemption in applied.preemptions
+                                                             if _lost(preemption))
+
+
+def _lost(preemption: Preemption) -> bool:
+    """Its host is down: the run ends now (the others stop after their grace period, holding their GPUs)."""
+    return StopCause.parse(preemption.cause).kind is Cause.DOWN
 
 
 class TimeAverage:

@@ -417,6 +417,42 @@ class PendingStatus:
     estimated_start: float | None = None
 
 
+# Why a project's waiting jobs stand where they do in the queue, after the previous project's (rule 2's
+# order, as the queue page explains it): `QueueStep.kind`.
+QUEUE_FIRST = "first"  # the first project: its units are the least served with allocated jobs waiting
+QUEUE_FIRST_UNALLOCATED = "first_unallocated"  # only unallocated jobs wait at all
+QUEUE_AFTER_ALLOCATED = "after_allocated"  # only unallocated jobs: after all allocated work
+QUEUE_BOTH_UNALLOCATED = "both_unallocated"  # both unallocated: less free GPU time used goes first
+# The first tree level where the two projects' units differ (`ahead`, `here`), by their usage ratios:
+QUEUE_NEITHER_ALLOCATED = "neither_allocated"  # neither has an allocation here: by name
+QUEUE_NO_ALLOCATION = "no_allocation"  # `here` has none: after allocated units
+QUEUE_AHEAD_NO_ALLOCATION = "ahead_no_allocation"  # `ahead` has none, yet went first
+QUEUE_LESS_SERVED = "less_served"  # `ahead` has used less of its budget
+QUEUE_EQUAL_RATIOS = "equal_ratios"  # the same ratio: larger share, then name
+QUEUE_CHARGED = "charged"  # `here` was less served at the start of the tick, but its starts charged it
+QUEUE_SAME_UNITS = "same_units"  # no level differs: project priority, then submit time
+# Not the core's: a project whose jobs all came after the tick that stored the order (the queue page says so).
+QUEUE_NEW = "new"
+
+
+@dataclass(frozen=True)
+class QueueStep:
+    """Why `project`'s first waiting job stands at `position`, after the previous project's (rule 2).
+
+    `ahead` and `here` are the previous project's unit and this one's at the
+    first level of the org tree where they differ, with their usage ratios at
+    the start of the tick (None: no allocation on this cluster).
+    """
+
+    project: str
+    position: int
+    kind: str
+    ahead: str = ""
+    here: str = ""
+    ahead_ratio: float | None = None
+    here_ratio: float | None = None
+
+
 @dataclass(frozen=True)
 class EarmarkDrop:
     """A claim on GPUs (rule 4) that no longer holds, and why: its GPUs are free for others again."""
@@ -466,3 +502,6 @@ class Decisions:
     earmarks: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # Claims given up this tick, with the reason (a host went down, a victim would not stop, ...).
     earmark_drops: tuple[EarmarkDrop, ...] = ()
+    # Every project with a job still waiting, in queue order: why it stands after the previous one (empty
+    # when `Policy.explain` is off, as `pending` is).
+    queue_order: tuple[QueueStep, ...] = ()

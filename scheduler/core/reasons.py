@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 
+from . import model
 from .durations import format_duration
 from .fairshare import UnitNode
-from .model import DOMAIN, WHOLE_GPU_MILLI, PendingJob, RunningJob
+from .model import DOMAIN, WHOLE_GPU_MILLI, PendingJob, QueueStep, RunningJob
 
 
 def format_time(when: float, now: float) -> str:
@@ -88,3 +89,37 @@ def requeue_note(job: RunningJob) -> str:
 
 def no_allocation(project: str) -> str:
     return f"project {project} has no allocation on this cluster"
+
+
+def queue_step(step: QueueStep) -> str:
+    """Why a project's jobs stand after the previous project's in the queue (`QueueStep`), as the queue page
+    says it."""
+    kind, ahead, here = step.kind, step.ahead, step.here
+    if kind == model.QUEUE_FIRST:
+        return "first: its units are the least served of those with allocated jobs waiting"
+    if kind == model.QUEUE_FIRST_UNALLOCATED:
+        return "only unallocated jobs wait: they share idle GPUs in fair-share order of free usage"
+    if kind == model.QUEUE_AFTER_ALLOCATED:
+        return "only unallocated jobs (minimum runtime 0) wait here: they come after all allocated work"
+    if kind == model.QUEUE_BOTH_UNALLOCATED:
+        return "both wait unallocated: the project that used less free GPU time goes first"
+    if kind == model.QUEUE_NEW:
+        return "submitted since the last tick: placed at the next one"
+    if kind == model.QUEUE_NEITHER_ALLOCATED:
+        return f"neither {ahead} nor {here} has an allocation here; ties go by name"
+    if kind == model.QUEUE_NO_ALLOCATION:
+        return f"{here} has no allocation on this cluster: its jobs come after allocated units'"
+    if kind == model.QUEUE_AHEAD_NO_ALLOCATION:
+        return f"the order of the last tick ({ahead} has no allocation here)"
+    if kind == model.QUEUE_LESS_SERVED:
+        return (f"{ahead} has used {format_percent(step.ahead_ratio)} of its budget, "
+                f"{here} {format_percent(step.here_ratio)}: the less-served sibling goes first")
+    if kind == model.QUEUE_EQUAL_RATIOS:
+        return (f"{ahead} and {here} have both used {format_percent(step.here_ratio)}: "
+                f"the larger share goes first, then the name")
+    if kind == model.QUEUE_CHARGED:
+        return (f"{here} started jobs in the last tick (each start charges its units for its minimum runtime), "
+                f"so {ahead} ({format_percent(step.ahead_ratio)} at the start of the tick) now comes first")
+    if kind == model.QUEUE_SAME_UNITS:
+        return "same units: by project priority, then submit time"
+    return ""  # a kind this version does not know

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from scheduler.history import record_sample
+from scheduler.selectors import cluster_sample
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -48,7 +49,7 @@ def test_an_empty_range_says_when_data_will_appear_and_spans_the_range(demo, vis
 
 
 def test_a_single_sample_is_drawn_on_an_axis_of_the_whole_range(demo, visit):
-    record_sample(demo, now=timezone.now() - timedelta(minutes=2))
+    record_sample(demo, now=timezone.now() - timedelta(minutes=2), sample=cluster_sample(demo))
     visit.login("pat")
     visit.goto("/clusters/gb200-east/?range=6h")
     chart = occupancy(visit.page)

@@ -4,6 +4,7 @@ definitions the simulator uses (scheduler/core/measures.py, DESIGN §5)."""
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError
 from django.utils import timezone
 
 from operations.selectors import project_consumption
@@ -12,7 +13,7 @@ from scheduler.core.measures import Held, measure
 from scheduler.history import record_sample
 from scheduler.models import ClusterSample, Tick
 from scheduler.racks import domain_views
-from scheduler.selectors import cluster_measures, free_by_domain, sample_series
+from scheduler.selectors import cluster_measures, cluster_sample, free_by_domain, sample_series
 from scheduler.tick import run_tick
 from tests.factories import make_job
 from topology.choices import HostState
@@ -142,7 +143,7 @@ def test_samples_and_ticks_are_pruned(lab):
     ClusterSample.objects.create(cluster=lab, at=old, total_gpus=32, allocated=0, unallocated=0, idle=32,
                                  unavailable=0, free_gpus=32, largest_placeable=16)
     Tick.objects.create(cluster=lab, started_at=now - timedelta(days=3), duration=0.1)
-    record_sample(lab, now=now)
+    record_sample(lab, now=now, sample=cluster_sample(lab))
     assert list(ClusterSample.objects.filter(cluster=lab).values_list("at", flat=True)) == [now]
     assert not Tick.objects.filter(cluster=lab, started_at__lt=now - timedelta(days=2)).exists()
 
@@ -194,3 +195,58 @@ def test_each_project_against_its_entitlement(demo):
     assert rows["olmo"]["entitled"] == pytest.approx(0.60 * 0.55 * healthy * 168, abs=0.01)
     assert rows["olmo"]["ratio"] == pytest.approx(8.0 / (0.60 * 0.55 * healthy * 168), rel=1e-3)
     assert rows["tulu"]["used"] == 0 and rows["tulu"]["unallocated"] == pytest.approx(2.0, abs=0.01)
+
+
+def test_the_sample_a_tick_keeps_is_what_the_dashboard_reads_right_after_it(lab, settings):
+    """The tick measures the cluster from its snapshot and the decisions it applied; the dashboard's selectors,
+    reading the database right after the tick, find the same numbers."""
+    settings.ALLOT_SAMPLE_SECONDS = 60
+    # Beside the lab's work and trouble (a draining and a down host, a failed GPU, half of srv-01's GPU 0 in use):
+    # a job still on the draining host, a resumable and a one-shot job on the down host (the tick ends both and
+    # requeues the first), and a queue: fractions of a GPU, whole GPUs, unallocated work, and a 16-GPU domain job
+    # no domain can hold now.
+    make_job(cluster="lab", gpus=2, min_runtime=3600, on_hosts=["rack-h03"])
+    make_job(cluster="lab", gpus=2, min_runtime=600, on_hosts=["rack-h04"], resumable=True)
+    make_job(cluster="lab", gpus=1, min_runtime=600, on_hosts=["rack-h04"], resumable=False)
+    make_job(cluster="lab", gpus=1, milli=300, min_runtime=600, state="pending")
+    make_job(cluster="lab", project="tulu", gpus=1, milli=250, min_runtime=0, state="pending")
+    make_job(cluster="lab", gpus=4, min_runtime=3600, state="pending")
+    make_job(cluster="lab", project="tulu", gpus=2, min_runtime=0, state="pending")
+    make_job(cluster="lab", gpus=16, min_runtime=3600, state="pending", topology="domain")
+    before = cluster_sample(lab)
+    result = run_tick(lab, now=timezone.now())
+    assert result.started == 4 and result.preempted == 2
+
+    row = ClusterSample.objects.get(cluster=lab)
+    live = cluster_sample(lab)
+    assert live != before  # the tick changed the cluster, and the sample is of the cluster after it
+    states, fragmentation = live.measures.states, live.measures.fragmentation
+    assert (row.total_gpus, row.allocated, row.unallocated, row.idle, row.unavailable) == (
+        states.total, pytest.approx(states.allocated, abs=5e-4), pytest.approx(states.unallocated, abs=5e-4),
+        pytest.approx(states.idle, abs=5e-4), pytest.approx(states.unavailable, abs=5e-4))
+    assert (row.free_gpus, row.largest_placeable) == (fragmentation.free_gpus, fragmentation.largest_placeable)
+    assert row.stranded == {str(k): pytest.approx(v, abs=5e-5) for k, v in fragmentation.stranded.items()}
+    assert (row.pending_jobs, row.pending_gpus, row.pending_allocated_gpus, row.running_jobs) == (
+        live.pending.jobs, live.pending.gpus, live.pending.allocated_gpus, live.running_jobs)
+    # By hand: 4 + 2 + 0.8 (0.5 + 0.3 shared) + 4 allocated GPUs held, 2 + 0.25 + 2 unallocated; the requeued job
+    # (2 GPUs) and the domain job wait; 8 live jobs (4 before, 4 started).
+    assert (row.allocated, row.unallocated) == (pytest.approx(10.8), pytest.approx(4.25))
+    assert (row.pending_jobs, row.pending_gpus, row.running_jobs, result.tick.running) == (2, 18, 8, 8)
+
+
+def test_a_tick_that_rolled_back_leaves_the_sample_to_the_next(lab, settings, monkeypatch):
+    """What the database holds is then not what the tick's snapshot saw: no sample is measured from it."""
+    settings.ALLOT_SAMPLE_SECONDS = 60
+    make_job(cluster="lab", gpus=2, min_runtime=3600, state="pending")
+    from scheduler import tick as tick_module
+
+    def raced(*args, **kwargs):
+        raise IntegrityError("another writer took the GPU")
+
+    now = timezone.now()
+    with monkeypatch.context() as patch:
+        patch.setattr(tick_module, "_apply_start", raced)
+        assert run_tick(lab, now=now).skipped
+    assert not ClusterSample.objects.filter(cluster=lab).exists()
+    run_tick(lab, now=now + timedelta(seconds=5))
+    assert ClusterSample.objects.get(cluster=lab).running_jobs == cluster_sample(lab).running_jobs == 4

@@ -9,6 +9,7 @@ from django.utils import timezone
 
 from scheduler.choices import EventKind
 from scheduler.models import JobEvent, Tick
+from scheduler.services import job_end_run
 from scheduler.tick import run_tick
 from tests.conftest import get_user
 from tests.factories import make_job
@@ -123,26 +124,30 @@ def test_the_host_page_shows_jobs_with_their_protection_and_xids_with_their_mean
 
 
 def test_the_queue_explains_its_order_per_unit(demo, client):
-    now = timezone.now()
-    first = make_job(gpus=72, min_runtime=3600, state="pending", topology="domain", name="olmo-big")
-    make_job(project="molmo", user="dan", gpus=72, min_runtime=3600, state="pending", topology="domain")
-    make_job(project="tulu", user="carol", gpus=1, min_runtime=0, state="pending")
-    from scheduler.models import Job
-
-    Job.objects.filter(project__name="olmo").update(queue_position=1)
-    Job.objects.filter(project__name="molmo").update(queue_position=2)
-    Job.objects.filter(project__name="tulu").update(queue_position=3)
-    Tick.objects.create(cluster=demo, started_at=now, duration=0.1,
-                        unit_ratios={"nlp": 0.2, "olmo": 0.25, "multimodal": 0.5, "molmo": 0.1, "tulu": 0.05})
+    now = timezone.now().replace(microsecond=0) + timedelta(minutes=1)  # the shares hold from their loading
+    # Over the 7-day window nlp used 20 % of its 60 % of the 348 schedulable GPUs (olmo: 72 GPUs for 97.5 h),
+    # multimodal 50 % of its 40 % (molmo: 72 GPUs for 162.5 h).
+    for project, user, hours in (("olmo", "alice", 97.5), ("molmo", "dan", 162.5)):
+        ran = make_job(project=project, user=user, gpus=72, on_hosts=[f"nvl72-01-h{h:02d}" for h in range(1, 19)],
+                       started=now - timedelta(hours=hours + 1))
+        job_end_run(job=ran, outcome="exited", exit_code=0, at=now - timedelta(hours=1), actor="test")
+    # Waiting jobs no domain can hold: they keep their places, and the tick explains the order.
+    first = make_job(gpus=100, min_runtime=3600, state="pending", topology="domain", name="olmo-big")
+    make_job(project="molmo", user="dan", gpus=100, min_runtime=3600, state="pending", topology="domain")
+    make_job(project="tulu", user="carol", gpus=100, min_runtime=0, state="pending", topology="domain")
+    run_tick(demo, now=now)
+    make_job(project="pixmo", user="erin", gpus=1, min_runtime=600, state="pending")
     client.force_login(get_user("alice"))
     html = client.get("/clusters/gb200-east/queue/").content.decode()
     order = html.split('data-testid="order"')[1].split("</table>")[0]
     assert order.index('data-project="olmo"') < order.index('data-project="molmo"') < order.index(
-        'data-project="tulu"')
+        'data-project="tulu"') < order.index('data-project="pixmo"')
+    assert "first: its units are the least served of those with allocated jobs waiting" in order
     assert "nlp has used 20 % of its budget, multimodal 50 %: the less-served sibling goes first" in order
     assert "only unallocated jobs (minimum runtime 0) wait here" in order
+    assert "submitted since the last tick: placed at the next one" in order
     pending = html.split('data-testid="pending"')[1].split("</table>")[0]
-    assert "nlp 20 % › olmo 25 %" in pending
+    assert "nlp 20 % › olmo 36 %" in pending
     assert f'<tr data-job="{first.pk}" class="mine">' in pending
 
 

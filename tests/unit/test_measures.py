@@ -2,9 +2,24 @@
 
 import pytest
 
-from scheduler.core import CORDONED, DOWN, DRAINING, UP, Domain, Host, RunningJob, Topology
+from scheduler.core import (
+    CORDONED,
+    DOWN,
+    DRAINING,
+    UP,
+    Decisions,
+    Domain,
+    Host,
+    PendingJob,
+    Preemption,
+    RunningJob,
+    Snapshot,
+    Start,
+    Topology,
+)
 from scheduler.core.measures import (
     FRAGMENTATION_SIZES,
+    Demand,
     Held,
     TimeAverage,
     fragmentation,
@@ -14,6 +29,8 @@ from scheduler.core.measures import (
     held_by,
     largest_placeable,
     measure,
+    running_after,
+    sample_after,
     stranded,
     stranded_gpus,
 )
@@ -130,6 +147,45 @@ def test_measure_takes_what_running_jobs_hold():
     assert result.fragmentation.free_gpus == 3
     assert result.fragmentation.largest_placeable == 3
     assert result.fragmentation.stranded[8] == 1.0
+
+
+def test_the_sample_after_a_tick_is_the_snapshot_with_the_decisions_that_took_effect():
+    # r-h01: an allocated 2-GPU job, one holding 400 milli of GPU 2, and an unallocated one being preempted (it
+    # keeps GPU 3 through its grace period). r-h02: down, with a resumable 2-GPU job and a one-shot 1-GPU one.
+    # r-h03: draining, empty. r-h04: up, empty.
+    topology = cluster(rack("r", 4, states={2: DOWN, 3: DRAINING}))
+    running = (
+        RunningJob("a", "olmo", ("r-h01:0", "r-h01:1"), 0, 3600, True, 0, 1),
+        RunningJob("b", "olmo", ("r-h01:2",), 0, 600, True, 0, 2, gpu_milli=400),
+        RunningJob("stopping", "tulu", ("r-h01:3",), 0, 0, True, 0, 3),
+        RunningJob("lost", "olmo", ("r-h02:0", "r-h02:1"), 0, 3600, True, 0, 4),
+        RunningJob("gone", "tulu", ("r-h02:2",), 0, 0, False, 0, 5),
+    )
+    pending = (
+        PendingJob("f", "olmo", 1, 600, True, 0, 6, gpu_milli=500),
+        PendingJob("w", "olmo", 4, 3600, True, 0, 7),
+        PendingJob("cancelled", "tulu", 2, 0, True, 0, 8),
+        PendingJob("waits", "tulu", 8, 0, True, 0, 9),
+    )
+    snapshot = Snapshot(topology, (), running, pending)
+    # What took effect: "cancelled" was decided a start too, but another writer got there first.
+    applied = Decisions(
+        starts=(Start("f", ("r-h01:2",), 500), Start("w", ("r-h04:0", "r-h04:1", "r-h04:2", "r-h04:3"))),
+        preemptions=(Preemption("lost", "down:r-h02", "", 0, True), Preemption("gone", "down:r-h02", "", 0, False),
+                     Preemption("stopping", "job:w", "", 10, True)),
+    )
+    sample = sample_after(snapshot, applied, total_gpus=16)
+    states = sample.measures.states
+    # Held: a 2 + b 0.4 + f 0.5 + w 4 allocated, the stopping job's GPU unallocated; idle: what is left of GPU 2.
+    assert (states.allocated, states.unallocated, states.idle) == (pytest.approx(6.9), 1, pytest.approx(0.1))
+    # Unavailable: the down host's and the draining host's 4 GPUs each (the lost jobs hold none any more).
+    assert states.unavailable == pytest.approx(8) and sample.measures.fragmentation.free_gpus == 0
+    # The resumable lost job waits again; the one-shot one is gone.
+    assert sample.pending == Demand(jobs=3, gpus=12, allocated_gpus=2)
+    assert sample.running_jobs == 5 == running_after(snapshot, applied)
+    # With nothing applied, the snapshot as it was, by the one definition of the measures.
+    assert sample_after(snapshot, Decisions(), total_gpus=16).measures == measure(
+        topology, held_by(running), total_gpus=16)
 
 
 def test_time_average_weights_each_value_by_how_long_it_held():

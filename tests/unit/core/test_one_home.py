@@ -1,6 +1,9 @@
-"""Rules the pages read from the core, never restated: the GPUs entitlements are shares of, and drain progress."""
+"""Rules the pages read from the core, never restated: the GPUs entitlements are shares of, drain progress, and
+why the queue stands in the order it does."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
@@ -8,9 +11,26 @@ from scheduler.core import CORDONED, DOWN, DRAINED, DRAINING, PREEMPTING, UP, Mi
 from scheduler.core.capacity import Capacity
 from scheduler.core.drains import if_drained
 from scheduler.core.fairshare import UnitTree
-from scheduler.core.model import SCHEDULABLE_STATES, Host, JobLeave, schedulable_gpus
+from scheduler.core.model import (
+    QUEUE_AFTER_ALLOCATED,
+    QUEUE_BOTH_UNALLOCATED,
+    QUEUE_CHARGED,
+    QUEUE_EQUAL_RATIOS,
+    QUEUE_FIRST,
+    QUEUE_LESS_SERVED,
+    QUEUE_NEITHER_ALLOCATED,
+    QUEUE_NEW,
+    QUEUE_NO_ALLOCATION,
+    QUEUE_SAME_UNITS,
+    SCHEDULABLE_STATES,
+    Host,
+    JobLeave,
+    QueueStep,
+    schedulable_gpus,
+)
+from scheduler.core.reasons import queue_step
 
-from .builders import HOUR, domain, gpus_of, hgx, running, snapshot, topology, units
+from .builders import HOUR, domain, gpus_of, hgx, pending, running, snapshot, topology, units
 
 NOW = 10 * HOUR
 POLICY = Policy(tick=60)
@@ -93,3 +113,64 @@ def test_the_preview_of_a_drain_is_what_the_tick_decides_once_the_host_drains() 
                                  running_jobs=jobs), now=NOW, policy=POLICY)
     assert if_drained(jobs, now=NOW, policy=POLICY) == draining.host_changes[0].leaves
     assert if_drained((), now=NOW, policy=POLICY) == ()
+
+
+# ---------------------------------------------------------------- the queue's order, explained by the core
+
+
+def test_the_core_explains_the_order_it_made_project_by_project() -> None:
+    """Rule 2's order, as the queue page shows it: each project where its first waiting job stands, and why there."""
+    topo = topology(hgx("hgx-01"))
+    # 8 GPUs over a week: a and b are entitled to 672 GPU-hours each, p and q to 336, r to 672; s, t, w to none.
+    org = units(("a", None, 50), ("p", "a", 50, 33.6), ("q", "a", 50, 67.2), ("b", None, 50), ("r", "b", 100, 336),
+                ("v", "b", None), ("s", None, None), ("t", None, None), ("w", None, None))
+    jobs = [
+        pending("p1", "p", 8, min_runtime=8 * HOUR, submit_time=1),  # starts, and its 64 GPU-hours charge p
+        pending("p2", "p", 8, submit_time=2),
+        pending("q1", "q", 4, submit_time=3), pending("r1", "r", 2, submit_time=4),
+        pending("s1", "s", 1, submit_time=5), pending("t1", "t", 1, submit_time=6),
+        pending("v1", "v", 1, min_runtime=0, submit_time=7), pending("w1", "w", 1, min_runtime=0, submit_time=8),
+    ]
+    decisions = schedule(snapshot(topo, org, pending_jobs=jobs), now=NOW, policy=POLICY)
+    assert [start.job_id for start in decisions.starts] == ["p1"]
+    assert decisions.queue_order == (
+        QueueStep("q", 1, QUEUE_FIRST),
+        QueueStep("p", 2, QUEUE_CHARGED, "q", "p", pytest.approx(0.2), pytest.approx(0.1)),
+        QueueStep("r", 3, QUEUE_LESS_SERVED, "a", "b", pytest.approx(0.15), pytest.approx(0.5)),
+        QueueStep("s", 4, QUEUE_NO_ALLOCATION, "b", "s", pytest.approx(0.5), None),
+        QueueStep("t", 5, QUEUE_NEITHER_ALLOCATED, "s", "t"),
+        QueueStep("v", 6, QUEUE_AFTER_ALLOCATED),
+        QueueStep("w", 7, QUEUE_BOTH_UNALLOCATED),
+    )
+    # Each step stands where the project's first waiting job does.
+    for step in decisions.queue_order:
+        assert step.position == min(decisions.pending[job.id].position for job in jobs
+                                    if job.project == step.project and job.id in decisions.pending)
+    assert [queue_step(step) for step in decisions.queue_order] == [
+        "first: its units are the least served of those with allocated jobs waiting",
+        "p started jobs in the last tick (each start charges its units for its minimum runtime), so q (20 % at "
+        "the start of the tick) now comes first",
+        "a has used 15 % of its budget, b 50 %: the less-served sibling goes first",
+        "s has no allocation on this cluster: its jobs come after allocated units'",
+        "neither s nor t has an allocation here; ties go by name",
+        "only unallocated jobs (minimum runtime 0) wait here: they come after all allocated work",
+        "both wait unallocated: the project that used less free GPU time goes first",
+    ]
+    # Explaining costs no decision: without it (the simulator), the same starts, preemptions and reservations.
+    quiet = schedule(snapshot(topo, org, pending_jobs=jobs), now=NOW, policy=replace(POLICY, explain=False))
+    assert quiet.queue_order == () and quiet.pending == {}
+    assert (quiet.starts, quiet.preemptions, quiet.reservations) == (
+        decisions.starts, decisions.preemptions, decisions.reservations)
+
+
+def test_equal_ratios_and_one_project_under_another_are_explained_too() -> None:
+    topo = topology(hgx("hgx-01"))
+    org = units(("a", None, 50), ("b", None, 50), ("c", "b", 100))
+    jobs = [pending("a1", "a", 16), pending("b1", "b", 16), pending("c1", "c", 16)]
+    order = schedule(snapshot(topo, org, pending_jobs=jobs), now=NOW, policy=POLICY).queue_order
+    # b's subtree is walked down to c before b's own jobs; a and b (c's side) are both unused.
+    assert [(step.project, step.kind) for step in order] == [
+        ("a", QUEUE_FIRST), ("c", QUEUE_EQUAL_RATIOS), ("b", QUEUE_SAME_UNITS)]
+    assert queue_step(order[1]) == "a and b have both used 0 %: the larger share goes first, then the name"
+    assert queue_step(order[2]) == "same units: by project priority, then submit time"
+    assert queue_step(QueueStep("x", 0, QUEUE_NEW)) == "submitted since the last tick: placed at the next one"

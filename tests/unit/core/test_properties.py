@@ -30,6 +30,7 @@ from scheduler.core import (
     schedule,
 )
 from scheduler.core.capacity import per_host_share
+from scheduler.core.reasons import queue_step
 
 HOUR = 3600.0
 NOW = 100 * HOUR
@@ -220,6 +221,18 @@ def test_every_job_left_pending_has_a_status_and_a_place_in_line(snapshot: Snaps
     assert set(decisions.pending) == {j.id for j in snapshot.pending} - started
     assert sorted(s.position for s in decisions.pending.values()) == list(range(1, len(decisions.pending) + 1))
     assert all(status.reason for status in decisions.pending.values())
+
+
+@SETTINGS
+@given(snapshots())
+def test_the_order_is_explained_once_per_waiting_project_where_its_first_job_stands(snapshot: Snapshot) -> None:
+    decisions = schedule(snapshot, now=NOW, policy=POLICY)
+    project = {job.id: job.project for job in snapshot.pending}
+    firsts: dict[str, int] = {}
+    for job_id, status in sorted(decisions.pending.items(), key=lambda item: item[1].position):
+        firsts.setdefault(project[job_id], status.position)
+    assert [(step.project, step.position) for step in decisions.queue_order] == list(firsts.items())
+    assert all(queue_step(step) for step in decisions.queue_order)
 
 
 def _permuted(snapshot: Snapshot) -> Snapshot:
