@@ -4,25 +4,22 @@ The phases share a `Cycle`: the tick's working capacity (the statement later
 jobs see earlier decisions on), the org tree with this tick's charges, the
 victims still available, and what happened to every pending job so far.
 
-Searching is bounded (DESIGN §6b). Capacity and victims only shrink while a
-tick decides, so a failure stands for the rest of it: a class of job that
-did not fit, or found nothing to preempt, is not searched again for a job
-of that class as big or bigger; jobs asking the same thing then wait by a
-lookup; and once nothing is free, nothing can be preempted and no job is owed
-GPUs, the rest of the order only gets its reasons. Jobs that wait alike share
-one `Wait`, so a reason is written once per kind of waiting job.
+Searching is bounded (DESIGN §6b): once nothing is free, nothing can be
+preempted and no job is owed GPUs, the rest of the order only gets its
+reasons. The `Cycle` is split by concern: the decisions here, what the tick
+learnt about kinds of jobs and the searches it spares in search.py
+(`BoundedSearch`), and the reasons, positions and estimates of the jobs left
+waiting (rule 8) in explain.py (`Explanation`).
 """
 
 from __future__ import annotations
 
 import gc
 import math
-from bisect import bisect_left, insort
+from bisect import insort
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from itertools import accumulate
-from operator import attrgetter
+from dataclasses import replace
 
 from . import mig as mig_geometry
 from . import reasons
@@ -30,20 +27,17 @@ from .capacity import Capacity, HostState
 from .defrag import DefragPlan, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
 from .earmarks import check_claims
-from .fairshare import FairShareWalk, UnitNode, UnitTree, explain_order, gpu_amount, sides_at_common_ancestor
+from .explain import Explanation
+from .fairshare import FairShareWalk, UnitNode, UnitTree, gpu_amount, sides_at_common_ancestor
 from .lifecycle import Cause, StopCause
 from .model import (
-    ANY,
     DOMAIN,
     PREEMPTING,
-    RUNNING,
-    UP,
     WHOLE_GPU_MILLI,
     Decisions,
     EarmarkDrop,
     MigLayout,
     PendingJob,
-    PendingStatus,
     Policy,
     Preemption,
     QueueStep,
@@ -53,23 +47,26 @@ from .model import (
     Start,
     backed_off_until,
     in_seq_order,
-    protected_until,
     shield,
 )
 from .placement import (
     NEW_INSTANCE,
     NEW_LAYOUT,
-    HostFilter,
-    JobRequest,
     Placement,
-    find_placement,
-    lanes,
-    pools_for,
-    pools_in,
-    protected_for,
 )
 from .preemption import VictimPlan, Victims
 from .reservation import LeaveTimes, earliest_start, grace_for
+from .search import (
+    BACKING_OFF,
+    DEFRAGMENTING,
+    ENTITLED,
+    PREEMPTING_FOR,
+    RESERVED,
+    VICTIMS_LEAVING,
+    BoundedSearch,
+    Wait,
+    any_host,
+)
 from .state import ClusterState, running_from
 
 # Rule 6: an unallocated start is charged this many seconds of its GPUs to its
@@ -165,32 +162,11 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
     return decisions
 
 
-# What happened to a job that did not start.
-NEVER = "never"  # no healthy capacity could ever hold it
-NO_ROOM = "no_room"  # nothing fits now, nothing it may preempt
-RESERVED = "reserved"
-BACKING_OFF = "backing_off"  # an unallocated job preempted lately: may not start again yet (`backoff`)
-ENTITLED = "entitled"  # every domain that could hold it is kept by less-served units
-PREEMPTING_FOR = "preempting"
-VICTIMS_LEAVING = "victims_leaving"
-DEFRAGMENTING = "defragmenting"
+class Cycle(BoundedSearch, Explanation):
+    """The state one tick decides on, and its decisions; see the module docstring.
 
-
-@dataclass(frozen=True, eq=False)
-class Wait:
-    """What happened to a job that did not start.
-
-    Jobs that wait alike (same project, kind, GPU count and reservations they
-    may start under) share one `Wait`, so their reason is written once.
+    Its search memo is `BoundedSearch` (search.py), its reason text `Explanation` (explain.py).
     """
-
-    kind: str
-    detail: str = ""
-    ready_at: float | None = None
-
-
-class Cycle:
-    """The state one tick decides on; see the module docstring."""
 
     def __init__(self, running: tuple[RunningJob, ...], claimants: dict[str, PendingJob],
                  recent_defrag_migrations: tuple[float, ...], capacity: Capacity, tree: UnitTree,
@@ -237,27 +213,12 @@ class Cycle:
         # Rule 5 is tried for the first jobs that can't start, at most max_reservations of them.
         self.reservation_attempts = 0
         self.defrag_budget = migrations_left(recent_defrag_migrations, now, policy)
-        self._requests: dict[str, JobRequest] = {}
-        self._whole: dict[str, bool] = {}
-        self._keys: dict[str, tuple[tuple, tuple, tuple]] = {}
-        self._key_objects: dict[tuple, tuple] = {}
-        self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = {}
-        self._waiting_alike: dict[tuple, Wait] = {}
-        # What jobs alike are known to wait for (see `_known_to_wait`); cleared by a new reservation.
-        self._verdicts: dict[tuple, Wait] = {}
-        # (GPUs, kind) -> the Wait of jobs no healthy capacity could hold, or None if some could.
-        self._never_waits: dict[tuple, Wait | None] = {}
-        self._resting: dict[tuple, Wait] = {}
-        self._no_fit: dict[tuple, int] = {}
-        # (project, class, reservations) -> (GPUs, charge) of a job that found nothing to preempt.
-        self._no_victims: dict[tuple, tuple[int, float]] = {}
+        self._start_search()
         self._reserved: list[HostState] = []
         # Until when each reservation holds (see `_hold`), sorted.
         self._reserved_until: list[float] = []
-        # (placement class, reservations) of jobs only a reservation kept from starting.
-        self._kept_out: set[tuple] = set()
         self._victims_kept_out = False
-        self._needs: dict[tuple, str] = {}
+        self._start_explaining()
         self._entitled_elsewhere: set[str] = set()
         # Projects with an allocated job that could neither start nor preempt this tick (see `_preemption_scope`),
         # and projects whose search that kept to one unit: project -> (that unit, the waiting sibling's project).
@@ -343,7 +304,7 @@ class Cycle:
             return False
         leaving = self.in_flight.get(job.id)
         if leaving:
-            plan = self.victims.after(self._request(job), leaving, _any_host)
+            plan = self.victims.after(self._request(job), leaving, any_host)
             if plan is not None:
                 self._claim(job, plan)
                 ready = max(self.leave_at[v.id] for v in leaving)
@@ -544,8 +505,8 @@ class Cycle:
         for victim in plan.victims:
             grace = grace_for(victim.job, self.policy)
             reason = reasons.preempted_for_job(job, victim.job, victim.sides, self.policy.window)
-            self.preemptions.append(Preemption(victim.job.id, str(StopCause(Cause.JOB, job.id)), reason, grace=grace,
-                                               requeue=victim.job.resumable, preemptor=job.id))
+            self.preemptions.append(Preemption.of(victim.job, StopCause(Cause.JOB, job.id), reason, grace=grace,
+                                                  preemptor=job.id))
             self.leave_at[victim.job.id] = self.now + grace
             ready = max(ready, self.now + grace)
         self.victims.take({victim.job.id for victim in plan.victims})
@@ -599,8 +560,8 @@ class Cycle:
             grace = grace_for(moved, self.policy)
             reason = (f"moved out of {moves.domain} to make one whole NVLink domain for job {job.id} "
                       f"({reasons.need(job)}); resumes elsewhere from its last checkpoint")
-            self.preemptions.append(Preemption(moved.id, str(Cause.DEFRAG), reason, grace=grace, requeue=True,
-                                               preemptor=job.id))
+            self.preemptions.append(Preemption.of(moved, StopCause(Cause.DEFRAG), reason, grace=grace,
+                                                  preemptor=job.id))
             self.leave_at[moved.id] = self.now + grace
             ready = max(ready, self.now + grace)
         self.victims.take({moved.id for moved in moves.moved})
@@ -621,384 +582,3 @@ class Cycle:
         reason = f"held for job {job.id}: defragmenting {moves.domain} ({moved} moved out)"
         self._hold(job, moves.hosts, ready, Reservation(job.id, moves.domain, moves.hosts, ready, reason))
         self.waits[job.id] = Wait(DEFRAGMENTING, moves.domain, ready)
-
-    # ------------------------------------------------------------ searching, bounded
-
-    def _whole_domain(self, job: PendingJob) -> bool:
-        """Does the job need at least one whole multi-host NVLink domain (rule 5's large jobs)?
-
-        Such a job may preempt a job once its protection ends, though earlier preemptions still shield it from
-        others (`model.shield`), so the large jobs' bound (cap + grace + tick) holds.
-        """
-        known = self._whole.get(job.id)
-        if known is None:
-            req = self._request(job)
-            largest = max((pool.largest_group for lane in pools_for(req, self.capacity) for pool in lane), default=0)
-            known = self._whole[job.id] = _spans_hosts(req, self.capacity) and req.gpus >= largest
-        return known
-
-    def _request(self, job: PendingJob) -> JobRequest:
-        req = self._requests.get(job.id)
-        if req is None:
-            req = self._requests[job.id] = JobRequest.of(job, self.policy)
-        return req
-
-    def _host_filter(self, req: JobRequest) -> HostFilter:
-        """Rule 5: allocated jobs protected beyond a reservation may not start on its hosts."""
-        if not self._reserved or req.protected_for == 0:
-            return _any_host
-        ends = self.now + req.protected_for
-
-        def allowed(host: HostState) -> bool:
-            return host.reserved_until is None or host.reserved_for == req.job_id or ends <= host.reserved_until
-
-        return allowed
-
-    def _kind(self, job: PendingJob) -> tuple:
-        """What placement and the reasons depend on but the GPU count (one shared object per kind)."""
-        return self._classes(job)[0]
-
-    def _classes(self, job: PendingJob) -> tuple[tuple, tuple, tuple]:
-        """(kind, placement class, preemption class); see `_classify`."""
-        return self._keys.get(job.id) or self._classify(job)
-
-    def _classify(self, job: PendingJob) -> tuple[tuple, tuple, tuple]:
-        """A job's kind, and the classes whose failures this tick stand for it (once per kind of job).
-
-        Failures are remembered per class with the smallest GPU count that
-        failed: capacity and victims only shrink while a tick decides, so a
-        larger job of the same class fails too. A job that fits on one host
-        in every pool it may use is placed and preempts for the same way
-        whatever its topology and shape; a multi-host job that one domain
-        could hold preempts within one domain whatever its topology.
-        """
-        short = job.min_runtime <= self.policy.fast_lane_max_min_runtime
-        fields = (job.gpus, job.gpus_per_host, job.gpu_milli, job.gpu_types, job.topology, job.min_runtime > 0, short,
-                  job.cpus, job.memory_gib, job.mig_profile)
-        keys = self._classes_by_fields.get(fields)
-        if keys is None:
-            keys = self._classes_by_fields[fields] = self._classes_of(job, lanes(job, self.policy))
-        self._keys[job.id] = keys
-        return keys
-
-    def _classes_of(self, job: PendingJob, sides: tuple[bool, ...]) -> tuple[tuple, tuple, tuple]:
-        # More GPUs need fewer CPUs per GPU: with CPU or memory asked, the count is part of it.
-        exact = job.gpus if job.cpus or job.memory_gib else None
-        milli = job.gpu_milli if job.gpus == 1 else WHOLE_GPU_MILLI
-        mig = job.mig_profile
-        kind = (job.gpus_per_host, milli, job.gpu_types, job.topology, sides, exact, mig)
-        pools = [pool for side in pools_in(self.capacity, sides, job.gpu_types) for pool in side]
-        smallest_host = min((pool.largest_host for pool in pools), default=0)
-        largest_group = max((pool.largest_group for pool in pools), default=0)
-        per_host = job.gpus_per_host
-        if (per_host is None and job.gpus <= smallest_host) or (per_host is not None and per_host >= job.gpus):
-            placing = preempting = (None, milli, job.gpu_types, ANY, sides, exact, mig)
-        elif job.gpus <= largest_group:
-            placing, preempting = kind, (per_host, milli, job.gpu_types, DOMAIN, sides, exact, mig)
-        else:
-            placing = preempting = kind
-        return tuple(self._key_objects.setdefault(k, k) for k in (kind, placing, preempting))
-
-    def _access(self, job: PendingJob) -> int:
-        """Which reservations the job may start under: those lasting at least its protection."""
-        if not self._reserved_until or not job.allocated:
-            return 0
-        return bisect_left(self._reserved_until, self.now + protected_for(job, self.policy))
-
-    def _known_to_wait(self, job: PendingJob) -> bool:
-        """This tick already showed the job can't start, preempt or reserve: record that it waits.
-
-        The common case, made cheap: the order's tail is long. The verdict
-        is kept per kind of job (what it asks, not who it is), since the
-        failures it rests on stay failures for the rest of the tick.
-        """
-        if job.id in self.owed:
-            return False
-        alike = _alike(job)
-        wait = self._verdicts.get(alike)
-        if wait is None:
-            wait = self._verdict(job)
-            if wait is None:
-                return False
-            self._verdicts[alike] = wait
-        self.waits[job.id] = wait
-        return True
-
-    def _verdict(self, job: PendingJob) -> Wait | None:
-        allocated = job.min_runtime > 0
-        if allocated and self.reservation_attempts < self.policy.max_reservations:
-            return None
-        kind, placing, preempting = self._classes(job)
-        gpus = job.gpus
-        if self._never_waits.get((gpus, kind), False) is not None:
-            return None
-        access = self._access(job)
-        if gpus < self._no_fit.get((placing, access), math.inf):
-            return None
-        if allocated and not self._no_victims_for(job, preempting, access):
-            return None
-        return self._waiting(job, kind, access)
-
-    def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
-        """Did a job of its project and class, no bigger and charging no more, find nothing to preempt?"""
-        failed = self._no_victims.get((job.project, preempting, access, self._whole_domain(job)))
-        return failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1]
-
-    @staticmethod
-    def _charge(job: PendingJob) -> float:
-        """Rule 2: what starting (or preempting for) a job adds to its units' usage this tick."""
-        return gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
-
-    def _waiting(self, job: PendingJob, kind: tuple | None = None, access: int | None = None) -> Wait:
-        """The shared `Wait` of jobs that wait for room like this one."""
-        kind = kind or self._kind(job)
-        access = self._access(job) if access is None else access
-        key = (job.project, id(kind), job.gpus, access)
-        wait = self._waiting_alike.get(key)
-        if wait is None:
-            wait = self._waiting_alike[key] = Wait(NO_ROOM)
-        return wait
-
-    def _placement(self, job: PendingJob) -> Placement | None:
-        owed = job.earmarked_gpus or job.id in self.in_flight
-        key = (self._classes(job)[1], self._access(job))
-        if not owed and job.gpus >= self._no_fit.get(key, math.inf):
-            return None
-        req = self._request(job)
-        placement = find_placement(req, self.capacity, self._host_filter(req))
-        if placement is None and not owed:
-            self._no_fit[key] = min(job.gpus, self._no_fit.get(key, math.inf))
-            if self._reserved and find_placement(req, self.capacity, _any_host) is not None:
-                self._kept_out.add(key)
-        return placement
-
-    def _stuck(self) -> bool:
-        """Nothing free, nothing to preempt or reserve, no job owed GPUs: the rest only waits."""
-        return (not self.owed and not self.victims.live and self.reservation_attempts >= self.policy.max_reservations
-                and not self.capacity.has_room())
-
-    def _never_fits(self, job: PendingJob) -> bool:
-        """Can no healthy capacity ever hold this job? Records why."""
-        wait = self._never_wait(job)
-        if wait is not None:
-            self.waits[job.id] = wait
-        return wait is not None
-
-    def _never_wait(self, job: PendingJob) -> Wait | None:
-        key = (job.gpus, self._kind(job))
-        wait = self._never_waits.get(key, False)
-        if wait is False:
-            fact = _never_fits(self._request(job), self.capacity)
-            wait = self._never_waits[key] = Wait(NEVER, fact) if fact else None
-        return wait
-
-    def _wait_without_search(self, job: PendingJob) -> None:
-        """Record that a job waits, once nothing more can start or preempt (per kind of job)."""
-        alike = _alike(job)
-        wait = self._resting.get(alike)
-        if wait is None:
-            wait = self._resting[alike] = self._never_wait(job) or self._waiting(job)
-        self.waits[job.id] = wait
-
-    # ------------------------------------------------------------ rule 8
-
-    def statuses(self, unit_ratios: dict[str, float]) -> dict[str, PendingStatus]:
-        """Reason, position and estimated start of every job that did not start, in order.
-
-        The estimate is cheap (DESIGN §6b: no placement search per job): GPUs
-        come back when jobs leave this tick and when protection or maximum
-        runtime ends (plus the grace period), and the allocated jobs waiting
-        ahead take them first, in fair-share order. Topology is ignored, no
-        new arrival is assumed, and every job whose protection ends is assumed
-        to go: an optimistic bound. Unallocated jobs and projects rule 5 found
-        nothing for get none. Sets `queue_order`: each project where its first
-        waiting job stands, explained (`fairshare.explain_order`).
-        """
-        times, released = self._release_timeline()
-        free_now = self.capacity.free_gpus
-        demand = 0
-        head = next((job for job in self.order if job.allocated), None)
-        # Jobs that wait alike share their Wait (compared by identity), so it keys the text.
-        texts: dict[Wait, str] = {}
-        result: dict[str, PendingStatus] = {}
-        started, waits, no_estimate = self.started, self.waits, self._entitled_elsewhere
-        coming = released[-1] if released else 0
-        position = 0
-        # Project -> where its first waiting job stands and whether it is allocated, in queue order.
-        firsts: dict[str, tuple[int, bool]] = {}
-        project = None
-        for job in self.order:
-            job_id = job.id
-            if job_id in started:
-                continue
-            position += 1
-            if job.project != project:
-                project = job.project
-                if project not in firsts:
-                    firsts[project] = (position, job.min_runtime > 0)
-            wait = waits[job_id]
-            text = texts.get(wait)
-            if text is None:
-                text = texts[wait] = self._reason(job, wait, head, unit_ratios)
-            estimate = wait.ready_at
-            if job.min_runtime > 0 and wait.kind is not NEVER and not job.mig_profile:
-                demand += job.gpus
-                short = demand - free_now
-                if estimate is None and 0 < short <= coming and job.project not in no_estimate:
-                    estimate = times[bisect_left(released, short)]
-            result[job_id] = PendingStatus(job_id, text, position, estimate)
-        self.queue_order = explain_order(firsts, self.tree, unit_ratios)
-        return result
-
-    def _reason(self, job: PendingJob, wait: Wait, head: PendingJob | None, unit_ratios: dict[str, float]) -> str:
-        now = self.now
-        if wait.kind == NEVER:
-            return f"{reasons.need(job)}; {wait.detail}"
-        if wait.kind == PREEMPTING_FOR:
-            return (f"preempting {wait.detail} to make room; starts when they leave, "
-                    f"{reasons.format_time(wait.ready_at, now)}")
-        if wait.kind == VICTIMS_LEAVING:
-            return (f"waiting for the jobs it preempted ({wait.detail}) to leave, "
-                    f"{reasons.format_time(wait.ready_at, now)}")
-        if wait.kind == BACKING_OFF:
-            times = "once" if wait.detail == "1" else f"{wait.detail} times"
-            return (f"runs unallocated, preemptible; preempted {times}, it backs off: may start again "
-                    f"{reasons.format_time(wait.ready_at, now)} (the wait doubles with each preemption, "
-                    f"up to {reasons.format_duration(self.policy.max_unallocated_backoff)})")
-        text = self._need_and_free(job)
-        if wait.kind == DEFRAGMENTING:
-            return (f"{text}; jobs are being moved out of {wait.detail} for it; "
-                    f"starts {reasons.format_time(wait.ready_at, now)}")
-        if wait.kind == RESERVED:
-            return f"{text}; {wait.detail} {reasons.format_time(wait.ready_at, now)}"
-        project_ratio = unit_ratios.get(job.project, math.inf)
-        if not job.allocated:
-            lead = (f"{reasons.no_allocation(job.project)}: runs unallocated, preemptible"
-                    if math.isinf(project_ratio) else "runs unallocated (minimum runtime 0), preemptible")
-            return f"{lead}; waits for idle GPUs; {text}"
-        if math.isinf(project_ratio):
-            text = (f"{reasons.no_allocation(job.project)}: its allocated jobs come after every allocated "
-                    f"project's; {text}")
-        if wait.kind == ENTITLED:
-            where = "domain" if job.topology == DOMAIN and _spans_hosts(self._request(job), self.capacity) else "host"
-            return (f"{text}; every {where} that could hold it is held by project {job.project} itself or by units "
-                    f"less served than it, which are entitled to keep their GPUs: it waits for jobs to end")
-        blocked = self._reservation_blocking(job)
-        if blocked:
-            text = f"{text}; {blocked}"
-        elif job.min_runtime > 0 and self._no_victims_for(job, self._classes(job)[2], self._access(job)):
-            if job.project in self._scoped:
-                unit, waiting = self._scoped[job.project]
-                text += (f"; while project {waiting}, less served than it under {unit}, waits to start, it may "
-                         f"preempt only unallocated jobs and jobs under {unit}, and none of those would make room")
-            else:
-                text += (f"; no running job may be preempted for it (each is protected by its minimum runtime, "
-                         f"or belongs to project {job.project} or to a unit less served)")
-        if head is not None and head.project != job.project and unit_ratios[head.project] < project_ratio:
-            ahead, yours = reasons.format_percent(unit_ratios[head.project]), reasons.format_percent(project_ratio)
-            text += f"; waiting behind project {head.project} (usage ratio {ahead} vs yours {yours})"
-        return text
-
-    def _need_and_free(self, job: PendingJob) -> str:
-        """"needs one 64-GPU NVLink domain; largest free is 40", from the capacity left after the tick."""
-        key = (self._kind(job), job.gpus, job.cpus, job.memory_gib)
-        text = self._needs.get(key)
-        if text is None:
-            text = self._needs[key] = f"{reasons.need(job)}; {self._free_fact(job)}"
-        return text
-
-    def _free_fact(self, job: PendingJob) -> str:
-        req = self._request(job)
-        pools = [pool for lane in pools_for(req, self.capacity) for pool in lane]
-        types = reasons.gpu_types_label(job.gpu_types)
-        if job.gpus == 0:
-            return "no host has the CPUs and memory free"
-        if req.mig_profile:
-            return (f"no MIG GPU{types} has an idle {req.mig_profile} instance or free slices for one, and none is "
-                    f"free of jobs to be partitioned anew")
-        free = sum(pool.free for pool in pools)
-        if req.shared:
-            most = max((WHOLE_GPU_MILLI if pool.free else pool.shared[-1][0] if pool.shared else 0 for pool in pools),
-                       default=0)
-            return f"no GPU{types} has {job.gpu_milli} milli-GPU free (most is {most})"
-        if free == 0:
-            return f"no GPUs{types} free"
-        if job.topology == DOMAIN and _spans_hosts(req, self.capacity):
-            return f"largest free is {max(pool.largest_free_group for pool in pools)}"
-        return f"{free} free"
-
-    def _reservation_blocking(self, job: PendingJob) -> str:
-        """If, at its turn, only a reservation kept the job out: whose, and until when."""
-        if (self._classes(job)[1], self._access(job)) not in self._kept_out:
-            return ""
-        first = self.reservations[0]
-        return (f"the free GPUs that fit were reserved for job {first.job_id} (it starts "
-                f"{reasons.format_time(first.expected_start, self.now)}), and this job's "
-                f"minimum runtime would outlast that")
-
-    def _release_timeline(self) -> tuple[list[float], list[int]]:
-        """When GPUs come back to the schedulable pool, and how many by then (cumulative)."""
-        timeline: list[tuple[float, int]] = []
-        for job in self.running + tuple(self.started_jobs):
-            held = self.capacity.held.get(job.id)
-            if held and held[0][0].group is None or job.mig_profile:
-                continue
-            when = self._release_time(job)
-            if when is not None:
-                timeline.append((when, len(job.gpu_ids)))
-        timeline.sort()
-        return [t for t, _ in timeline], list(accumulate(g for _, g in timeline))
-
-    def _release_time(self, job) -> float | None:
-        if job.id in self.leave_at:
-            return self.leave_at[job.id]
-        if job.state != RUNNING:
-            return None
-        ends = math.inf
-        if job.allocated and protected_until(job, self.policy) > self.now:
-            ends = protected_until(job, self.policy)
-        if job.max_runtime is not None:
-            ends = min(ends, job.start_time + job.max_runtime)
-        return None if math.isinf(ends) else ends + grace_for(job, self.policy)
-
-
-def _any_host(host: HostState) -> bool:
-    return True
-
-
-# Everything about a job that its decision depends on, but who it is.
-_alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
-                    "max_runtime", "cpus", "memory_gib", "mig_profile")
-
-
-def _spans_hosts(req: JobRequest, capacity: Capacity) -> bool:
-    """Does the job need more than one host in every pool it may use?"""
-    return not any(req.single_host(pool) for lane in pools_for(req, capacity) for pool in lane)
-
-
-def _never_fits(req: JobRequest, capacity: Capacity) -> str:
-    """Why no healthy capacity could ever hold the job ("" if some could)."""
-    types = reasons.gpu_types_label(req.gpu_types)
-    if req.gpus == 0:
-        return ""
-    if req.mig_profile:
-        if any(state.host.state == UP and state.host.fast_lane in req.lanes
-               and (not req.gpu_types or state.host.gpu_type in req.gpu_types) for state in capacity.mig.values()):
-            return ""
-        return f"no healthy GPU{types} in MIG mode on this cluster"
-    pools = [pool for lane in pools_for(req, capacity) for pool in lane]
-    if req.per_host is not None and req.gpus % req.per_host:
-        return f"{req.gpus} GPUs is not a multiple of {req.per_host} per host"
-    if not pools:
-        return f"no healthy GPUs{types} on this cluster"
-    largest_host = max(pool.largest_host for pool in pools)
-    if req.per_host is not None and req.per_host > largest_host:
-        return f"the largest healthy host{types} has {reasons.plural(largest_host, 'GPU')}"
-    if req.topology == DOMAIN and _spans_hosts(req, capacity):
-        largest = max(pool.largest_group for pool in pools)
-        if req.gpus > largest:
-            return f"largest healthy domain{types} has {largest} GPUs"
-    largest_pool = max(sum(g.capacity for g in pool.groups.values()) for pool in pools)
-    if req.gpus > largest_pool:
-        return f"the cluster has {reasons.plural(largest_pool, 'healthy GPU')}{types}"
-    return ""

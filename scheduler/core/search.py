@@ -1,0 +1,293 @@
+"""Searching, bounded (DESIGN §6b): what one tick already showed stands for the rest of it.
+
+Capacity and victims only shrink while a tick decides, so a failure stands
+for the rest of it: a class of job that did not fit, or found nothing to
+preempt, is not searched again for a job of that class as big or bigger;
+jobs asking the same thing then wait by a lookup. Jobs that wait alike share
+one `Wait`, so a reason is written once per kind of waiting job.
+
+`BoundedSearch` is the memo half of the tick's `Cycle` (engine.py): the
+decisions are made there, the waits are explained in explain.py.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+from operator import attrgetter
+
+from . import reasons
+from .capacity import Capacity, HostState
+from .fairshare import gpu_amount
+from .model import ANY, DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob
+from .placement import HostFilter, JobRequest, Placement, find_placement, lanes, pools_for, pools_in, protected_for
+
+# What happened to a job that did not start.
+NEVER = "never"  # no healthy capacity could ever hold it
+NO_ROOM = "no_room"  # nothing fits now, nothing it may preempt
+RESERVED = "reserved"
+BACKING_OFF = "backing_off"  # an unallocated job preempted lately: may not start again yet (`backoff`)
+ENTITLED = "entitled"  # every domain that could hold it is kept by less-served units
+PREEMPTING_FOR = "preempting"
+VICTIMS_LEAVING = "victims_leaving"
+DEFRAGMENTING = "defragmenting"
+
+
+@dataclass(frozen=True, eq=False)
+class Wait:
+    """What happened to a job that did not start.
+
+    Jobs that wait alike (same project, kind, GPU count and reservations they
+    may start under) share one `Wait`, so their reason is written once.
+    """
+
+    kind: str
+    detail: str = ""
+    ready_at: float | None = None
+
+
+class BoundedSearch:
+    """What the tick has learnt so far about kinds of jobs, and the searches it spares.
+
+    A mixin of `Cycle`, which provides `capacity`, `policy`, `now`, `owed`,
+    `in_flight`, `waits`, `reservation_attempts` and rule 5's holds
+    (`_reserved`, `_reserved_until`).
+    """
+
+    def _start_search(self) -> None:
+        self._requests: dict[str, JobRequest] = {}
+        self._whole: dict[str, bool] = {}
+        self._keys: dict[str, tuple[tuple, tuple, tuple]] = {}
+        self._key_objects: dict[tuple, tuple] = {}
+        self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = {}
+        self._waiting_alike: dict[tuple, Wait] = {}
+        # What jobs alike are known to wait for (see `_known_to_wait`); cleared by a new reservation.
+        self._verdicts: dict[tuple, Wait] = {}
+        # (GPUs, kind) -> the Wait of jobs no healthy capacity could hold, or None if some could.
+        self._never_waits: dict[tuple, Wait | None] = {}
+        self._resting: dict[tuple, Wait] = {}
+        self._no_fit: dict[tuple, int] = {}
+        # (project, class, reservations) -> (GPUs, charge) of a job that found nothing to preempt.
+        self._no_victims: dict[tuple, tuple[int, float]] = {}
+        # (placement class, reservations) of jobs only a reservation kept from starting.
+        self._kept_out: set[tuple] = set()
+
+
+    def _whole_domain(self, job: PendingJob) -> bool:
+        """Does the job need at least one whole multi-host NVLink domain (rule 5's large jobs)?
+
+        Such a job may preempt a job once its protection ends, though earlier preemptions still shield it from
+        others (`model.shield`), so the large jobs' bound (cap + grace + tick) holds.
+        """
+        known = self._whole.get(job.id)
+        if known is None:
+            req = self._request(job)
+            largest = max((pool.largest_group for lane in pools_for(req, self.capacity) for pool in lane), default=0)
+            known = self._whole[job.id] = spans_hosts(req, self.capacity) and req.gpus >= largest
+        return known
+
+    def _request(self, job: PendingJob) -> JobRequest:
+        req = self._requests.get(job.id)
+        if req is None:
+            req = self._requests[job.id] = JobRequest.of(job, self.policy)
+        return req
+
+    def _host_filter(self, req: JobRequest) -> HostFilter:
+        """Rule 5: allocated jobs protected beyond a reservation may not start on its hosts."""
+        if not self._reserved or req.protected_for == 0:
+            return any_host
+        ends = self.now + req.protected_for
+
+        def allowed(host: HostState) -> bool:
+            return host.reserved_until is None or host.reserved_for == req.job_id or ends <= host.reserved_until
+
+        return allowed
+
+    def _kind(self, job: PendingJob) -> tuple:
+        """What placement and the reasons depend on but the GPU count (one shared object per kind)."""
+        return self._classes(job)[0]
+
+    def _classes(self, job: PendingJob) -> tuple[tuple, tuple, tuple]:
+        """(kind, placement class, preemption class); see `_classify`."""
+        return self._keys.get(job.id) or self._classify(job)
+
+    def _classify(self, job: PendingJob) -> tuple[tuple, tuple, tuple]:
+        """A job's kind, and the classes whose failures this tick stand for it (once per kind of job).
+
+        Failures are remembered per class with the smallest GPU count that
+        failed: capacity and victims only shrink while a tick decides, so a
+        larger job of the same class fails too. A job that fits on one host
+        in every pool it may use is placed and preempts for the same way
+        whatever its topology and shape; a multi-host job that one domain
+        could hold preempts within one domain whatever its topology.
+        """
+        short = job.min_runtime <= self.policy.fast_lane_max_min_runtime
+        fields = (job.gpus, job.gpus_per_host, job.gpu_milli, job.gpu_types, job.topology, job.min_runtime > 0, short,
+                  job.cpus, job.memory_gib, job.mig_profile)
+        keys = self._classes_by_fields.get(fields)
+        if keys is None:
+            keys = self._classes_by_fields[fields] = self._classes_of(job, lanes(job, self.policy))
+        self._keys[job.id] = keys
+        return keys
+
+    def _classes_of(self, job: PendingJob, sides: tuple[bool, ...]) -> tuple[tuple, tuple, tuple]:
+        # More GPUs need fewer CPUs per GPU: with CPU or memory asked, the count is part of it.
+        exact = job.gpus if job.cpus or job.memory_gib else None
+        milli = job.gpu_milli if job.gpus == 1 else WHOLE_GPU_MILLI
+        mig = job.mig_profile
+        kind = (job.gpus_per_host, milli, job.gpu_types, job.topology, sides, exact, mig)
+        pools = [pool for side in pools_in(self.capacity, sides, job.gpu_types) for pool in side]
+        smallest_host = min((pool.largest_host for pool in pools), default=0)
+        largest_group = max((pool.largest_group for pool in pools), default=0)
+        per_host = job.gpus_per_host
+        if (per_host is None and job.gpus <= smallest_host) or (per_host is not None and per_host >= job.gpus):
+            placing = preempting = (None, milli, job.gpu_types, ANY, sides, exact, mig)
+        elif job.gpus <= largest_group:
+            placing, preempting = kind, (per_host, milli, job.gpu_types, DOMAIN, sides, exact, mig)
+        else:
+            placing = preempting = kind
+        return tuple(self._key_objects.setdefault(k, k) for k in (kind, placing, preempting))
+
+    def _access(self, job: PendingJob) -> int:
+        """Which reservations the job may start under: those lasting at least its protection."""
+        if not self._reserved_until or not job.allocated:
+            return 0
+        return bisect_left(self._reserved_until, self.now + protected_for(job, self.policy))
+
+    def _known_to_wait(self, job: PendingJob) -> bool:
+        """This tick already showed the job can't start, preempt or reserve: record that it waits.
+
+        The common case, made cheap: the order's tail is long. The verdict
+        is kept per kind of job (what it asks, not who it is), since the
+        failures it rests on stay failures for the rest of the tick.
+        """
+        if job.id in self.owed:
+            return False
+        alike = _alike(job)
+        wait = self._verdicts.get(alike)
+        if wait is None:
+            wait = self._verdict(job)
+            if wait is None:
+                return False
+            self._verdicts[alike] = wait
+        self.waits[job.id] = wait
+        return True
+
+    def _verdict(self, job: PendingJob) -> Wait | None:
+        allocated = job.min_runtime > 0
+        if allocated and self.reservation_attempts < self.policy.max_reservations:
+            return None
+        kind, placing, preempting = self._classes(job)
+        gpus = job.gpus
+        if self._never_waits.get((gpus, kind), False) is not None:
+            return None
+        access = self._access(job)
+        if gpus < self._no_fit.get((placing, access), math.inf):
+            return None
+        if allocated and not self._no_victims_for(job, preempting, access):
+            return None
+        return self._waiting(job, kind, access)
+
+    def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
+        """Did a job of its project and class, no bigger and charging no more, find nothing to preempt?"""
+        failed = self._no_victims.get((job.project, preempting, access, self._whole_domain(job)))
+        return failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1]
+
+    @staticmethod
+    def _charge(job: PendingJob) -> float:
+        """Rule 2: what starting (or preempting for) a job adds to its units' usage this tick."""
+        return gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+
+    def _waiting(self, job: PendingJob, kind: tuple | None = None, access: int | None = None) -> Wait:
+        """The shared `Wait` of jobs that wait for room like this one."""
+        kind = kind or self._kind(job)
+        access = self._access(job) if access is None else access
+        key = (job.project, id(kind), job.gpus, access)
+        wait = self._waiting_alike.get(key)
+        if wait is None:
+            wait = self._waiting_alike[key] = Wait(NO_ROOM)
+        return wait
+
+    def _placement(self, job: PendingJob) -> Placement | None:
+        owed = job.earmarked_gpus or job.id in self.in_flight
+        key = (self._classes(job)[1], self._access(job))
+        if not owed and job.gpus >= self._no_fit.get(key, math.inf):
+            return None
+        req = self._request(job)
+        placement = find_placement(req, self.capacity, self._host_filter(req))
+        if placement is None and not owed:
+            self._no_fit[key] = min(job.gpus, self._no_fit.get(key, math.inf))
+            if self._reserved and find_placement(req, self.capacity, any_host) is not None:
+                self._kept_out.add(key)
+        return placement
+
+    def _stuck(self) -> bool:
+        """Nothing free, nothing to preempt or reserve, no job owed GPUs: the rest only waits."""
+        return (not self.owed and not self.victims.live and self.reservation_attempts >= self.policy.max_reservations
+                and not self.capacity.has_room())
+
+    def _never_fits(self, job: PendingJob) -> bool:
+        """Can no healthy capacity ever hold this job? Records why."""
+        wait = self._never_wait(job)
+        if wait is not None:
+            self.waits[job.id] = wait
+        return wait is not None
+
+    def _never_wait(self, job: PendingJob) -> Wait | None:
+        key = (job.gpus, self._kind(job))
+        wait = self._never_waits.get(key, False)
+        if wait is False:
+            fact = _never_fits(self._request(job), self.capacity)
+            wait = self._never_waits[key] = Wait(NEVER, fact) if fact else None
+        return wait
+
+    def _wait_without_search(self, job: PendingJob) -> None:
+        """Record that a job waits, once nothing more can start or preempt (per kind of job)."""
+        alike = _alike(job)
+        wait = self._resting.get(alike)
+        if wait is None:
+            wait = self._resting[alike] = self._never_wait(job) or self._waiting(job)
+        self.waits[job.id] = wait
+
+
+def any_host(host: HostState) -> bool:
+    return True
+
+
+# Everything about a job that its decision depends on, but who it is.
+_alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
+                    "max_runtime", "cpus", "memory_gib", "mig_profile")
+
+
+def spans_hosts(req: JobRequest, capacity: Capacity) -> bool:
+    """Does the job need more than one host in every pool it may use?"""
+    return not any(req.single_host(pool) for lane in pools_for(req, capacity) for pool in lane)
+
+
+def _never_fits(req: JobRequest, capacity: Capacity) -> str:
+    """Why no healthy capacity could ever hold the job ("" if some could)."""
+    types = reasons.gpu_types_label(req.gpu_types)
+    if req.gpus == 0:
+        return ""
+    if req.mig_profile:
+        if any(state.host.state == UP and state.host.fast_lane in req.lanes
+               and (not req.gpu_types or state.host.gpu_type in req.gpu_types) for state in capacity.mig.values()):
+            return ""
+        return f"no healthy GPU{types} in MIG mode on this cluster"
+    pools = [pool for lane in pools_for(req, capacity) for pool in lane]
+    if req.per_host is not None and req.gpus % req.per_host:
+        return f"{req.gpus} GPUs is not a multiple of {req.per_host} per host"
+    if not pools:
+        return f"no healthy GPUs{types} on this cluster"
+    largest_host = max(pool.largest_host for pool in pools)
+    if req.per_host is not None and req.per_host > largest_host:
+        return f"the largest healthy host{types} has {reasons.plural(largest_host, 'GPU')}"
+    if req.topology == DOMAIN and spans_hosts(req, capacity):
+        largest = max(pool.largest_group for pool in pools)
+        if req.gpus > largest:
+            return f"largest healthy domain{types} has {largest} GPUs"
+    largest_pool = max(sum(g.capacity for g in pool.groups.values()) for pool in pools)
+    if req.gpus > largest_pool:
+        return f"the cluster has {reasons.plural(largest_pool, 'healthy GPU')}{types}"
+    return ""
