@@ -219,7 +219,7 @@ def _apply_preemption(cluster: Cluster, preemption: core.Preemption, now: dateti
         JobEvent.objects.create(job=job, at=now, kind=EventKind.PREEMPT, actor=SCHEDULER,
                                 cause=preemption.cause, detail=preemption.reason)
         Job.objects.filter(pk=job_pk).update(preemptions=F("preemptions") + 1)
-        job_preempted(job_pk, reason=preemption.reason, requeue=job.resumable, at=now)
+        job_preempted(job_pk, reason=preemption.reason, requeue=preemption.requeue, at=now)
         return job_end_run(job=job, outcome=Outcome.LOST, at=now, actor=SCHEDULER, cause=cause) is not None
     claimed = Job.objects.filter(pk=job_pk, state__in=[JobState.STARTING, JobState.RUNNING], stop_cause="").update(
         state=JobState.PREEMPTING, stop_cause=preemption.cause,

@@ -246,10 +246,10 @@ def _priority_levels(snapshot: Snapshot, now: float, policy: Policy) -> Decision
                 decided[job.id] = "no room" + ("" if protected_pass else " (over its project's protected cap)")
                 continue
             for victim in victims:
-                preemptions.append(Preemption(
-                    victim.id, str(StopCause(Cause.JOB, job.id)),
+                preemptions.append(Preemption.of(
+                    victim, StopCause(Cause.JOB, job.id),
                     f"preempted by job {job.id} (priority scheduler: preemptible job)",
-                    grace=grace_for(victim, policy), requeue=victim.resumable, preemptor=job.id))
+                    grace=grace_for(victim, policy), preemptor=job.id))
             taken = {v.id for v in victims}
             preemptible = [v for v in preemptible if v.id not in taken]
             protected[job.project] = protected.get(job.project, 0) + job.gpus

@@ -41,9 +41,9 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
         hosts = [host for host, _ in capacity.held[job.id]] if any_not_up else []
         down = next((h.name for h in hosts if h.state == DOWN), None) if hosts else None
         if down is not None:
-            preemptions.append(Preemption(
-                job.id, str(StopCause(Cause.DOWN, down)), f"host {down} is down: the job is lost; {requeue_note(job)}",
-                grace=0, requeue=job.resumable))
+            preemptions.append(Preemption.of(
+                job, StopCause(Cause.DOWN, down), f"host {down} is down: the job is lost; {requeue_note(job)}",
+                grace=0))
             leave_at[job.id] = now
             continue
         if job.state == PREEMPTING:
@@ -51,9 +51,9 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
             continue
         grace = grace_for(job, policy)
         if job.max_runtime is not None and now >= job.start_time + job.max_runtime:
-            preemptions.append(Preemption(
-                job.id, str(Cause.MAX_RUNTIME), f"reached its maximum runtime of {format_duration(job.max_runtime)}",
-                grace=grace, requeue=False))
+            preemptions.append(Preemption.of(
+                job, StopCause(Cause.MAX_RUNTIME), f"reached its maximum runtime of {format_duration(job.max_runtime)}",
+                grace=grace))
             leave_at[job.id] = now + grace
             continue
         draining = next((h.name for h in hosts if h.state in (DRAINING, DRAINED)), None) if hosts else None
@@ -66,9 +66,9 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
                    f"its protection of {format_duration(protected_until(job, policy) - job.start_time)} is over")
         else:
             continue
-        preemptions.append(Preemption(
-            job.id, str(StopCause(Cause.DRAIN, draining)), f"host {draining} is draining; {why}; {requeue_note(job)}",
-            grace=grace, requeue=job.resumable))
+        preemptions.append(Preemption.of(
+            job, StopCause(Cause.DRAIN, draining), f"host {draining} is draining; {why}; {requeue_note(job)}",
+            grace=grace))
         leave_at[job.id] = now + grace
     return preemptions, leave_at
 

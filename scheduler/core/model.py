@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .lifecycle import Cause, Outcome, StopCause, end_of_run
 from .mig import profile_milli
 
 # Host states, as in topology.Host.
@@ -386,7 +387,8 @@ class Preemption:
     `down:<host>`, `defrag`, `max_runtime`. `grace` is the seconds between
     SIGTERM and SIGKILL (0 for a host that is down). `requeue` says whether
     the job goes back to pending (resumable and not stopped for its own
-    limit) or ends.
+    limit) or ends: made with `of`, it says what the end-of-run table
+    (`lifecycle.end_of_run`) makes of the run, so no caller restates it.
     """
 
     job_id: str
@@ -395,6 +397,14 @@ class Preemption:
     grace: float
     requeue: bool
     preemptor: str | None = None
+
+    @classmethod
+    def of(cls, job: RunningJob, cause: StopCause, reason: str, *, grace: float,
+           preemptor: str | None = None) -> Preemption:
+        """Stop `job` for `cause`; it requeues if its run, stopped (or lost, for `down`), would."""
+        outcome = Outcome.LOST if cause.kind is Cause.DOWN else Outcome.STOPPED
+        requeue = end_of_run(outcome, cause, job.resumable).requeue
+        return cls(job.id, str(cause), reason, grace=grace, requeue=requeue, preemptor=preemptor)
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,23 @@ def test_the_causes_the_core_writes_read_back_typed() -> None:
         "lost": StopCause(Cause.DOWN, "hgx-00-h01"), "long": StopCause(Cause.MAX_RUNTIME)}
 
 
+@pytest.mark.parametrize("resumable", [True, False])
+def test_every_preemption_the_core_decides_requeues_as_the_table_says(resumable) -> None:
+    # A lost host, a run at its own limit, a draining host: the decisions' `requeue` is the table's, so the
+    # tick's "requeues / does not requeue" and the notification say what the run's end will do.
+    topo = topology(hgx("hgx-00", states={1: DOWN}), hgx("hgx-01"), hgx("hgx-02", states={1: "draining"}))
+    jobs = [running("lost", "p", gpus_of("hgx-00-h01", 8), resumable=resumable),
+            running("long", "p", gpus_of("hgx-01-h01", 8), max_runtime=HOUR, resumable=resumable),
+            running("drained", "p", gpus_of("hgx-02-h01", 8), resumable=resumable)]
+    decisions = schedule(snapshot(topo, units(("p", None, 100)), running_jobs=jobs), now=2 * HOUR, policy=Policy())
+    requeues = {p.job_id: p.requeue for p in decisions.preemptions}
+    assert requeues == {"lost": resumable, "long": False, "drained": resumable}
+    for preemption in decisions.preemptions:
+        cause = StopCause.parse(preemption.cause)
+        outcome = Outcome.LOST if cause.kind is Cause.DOWN else Outcome.STOPPED
+        assert preemption.requeue == end_of_run(outcome, cause, resumable).requeue
+
+
 @pytest.mark.parametrize(("gpu_id", "host"), [
     ("node-01-h02:3", "node-01-h02"),
     ("node-01-h02:3@500", "node-01-h02"),
