@@ -106,22 +106,6 @@ def live_gpu_ids(job_ids) -> dict[int, list[str]]:
     return dict(held)
 
 
-def unit_paths() -> dict[int, list[Unit]]:
-    """Unit id → its path from the top-level unit down to itself; one query."""
-    units = {unit.pk: unit for unit in Unit.objects.all()}
-    paths: dict[int, list[Unit]] = {}
-
-    def path(pk):
-        if pk not in paths:
-            unit = units[pk]
-            paths[pk] = [*(path(unit.parent_id) if unit.parent_id else []), unit]
-        return paths[pk]
-
-    for pk in units:
-        path(pk)
-    return paths
-
-
 QUEUE_STEP_FIELDS = tuple(item.name for item in fields(QueueStep))
 
 
@@ -147,24 +131,21 @@ def queue_view(cluster, *, user, limit: int = 500) -> dict:
     for job in running:
         job.gpu_ids = held.get(job.pk, [])
         job.hosts = sorted({core.gpu_host(gpu_id) for gpu_id in job.gpu_ids})
-    paths = unit_paths()
+    # Each level of a project's sort metric as the tick walked its tree (empty: no tick has ordered it yet).
+    sort_paths = {name: [(unit, ratios.get(unit)) for unit in step.get("path", ())] for name, step in explained.items()}
     demand: dict[int, dict] = {}
     for job in pending:
-        entry = demand.setdefault(job.project_id, {"jobs": 0, "gpus": 0, "allocated": 0, "first": None})
+        entry = demand.setdefault(job.project_id, {"project": job.project, "jobs": 0, "gpus": 0, "allocated": 0,
+                                                   "first": None})
         entry["jobs"] += 1
         entry["gpus"] += job.gpus
         entry["allocated"] += job.allocated
         if job.queue_position is not None and (entry["first"] is None or job.queue_position < entry["first"]):
             entry["first"] = job.queue_position
-        job.sort_path = [(unit.name, ratios.get(unit.name)) for unit in paths[job.project_id]]
+        job.sort_path = sort_paths.get(job.project.name, [])
     order = [
-        {
-            "project": paths[project_id][-1],
-            "path": [(unit.name, ratios.get(unit.name)) for unit in paths[project_id]],
-            "ratio": ratios.get(paths[project_id][-1].name),
-            **entry,
-        }
-        for project_id, entry in demand.items()
+        {"path": sort_paths.get(entry["project"].name, []), "ratio": ratios.get(entry["project"].name), **entry}
+        for entry in demand.values()
     ]
     # The order the tick produced (each project where its first job stands), as the tick explained it.
     order.sort(key=lambda row: (row["first"] is None, row["first"] or 0, row["project"].name))

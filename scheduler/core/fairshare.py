@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 
 from .model import (
@@ -307,7 +307,7 @@ def explain_order(firsts: dict[str, tuple[int, bool]], tree: UnitTree,
             step = QueueStep(project, position, QUEUE_AFTER_ALLOCATED if before[1] else QUEUE_BOTH_UNALLOCATED)
         else:
             step = _after_sibling(project, position, before[0], node, ratios)
-        steps.append(step)
+        steps.append(replace(step, path=tuple(unit.name for unit in node.path)))
         before = (node, allocated)
     return tuple(steps)
 

@@ -451,7 +451,9 @@ class QueueStep:
 
     `ahead` and `here` are the previous project's unit and this one's at the
     first level of the org tree where they differ, with their usage ratios at
-    the start of the tick (None: no allocation on this cluster).
+    the start of the tick (None: no allocation on this cluster). `path` is
+    the project's units from the top of the org tree down to it, as the tick
+    walked them: the levels of its sort metric.
     """
 
     project: str
@@ -461,6 +463,7 @@ class QueueStep:
     here: str = ""
     ahead_ratio: float | None = None
     here_ratio: float | None = None
+    path: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

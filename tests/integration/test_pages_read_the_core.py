@@ -7,6 +7,7 @@ import pytest
 import time_machine
 from django.utils import timezone
 
+from budgets.models import Unit
 from operations.selectors import project_consumption
 from scheduler.core import schedule
 from scheduler.services import job_end_run
@@ -140,3 +141,24 @@ def test_before_a_drain_the_host_page_previews_it_with_the_cores_rule(demo, now,
     assert (row.job.pk, row.leaves_at, row.leaves_why) == (
         again.pk, now + timedelta(hours=2, minutes=-10, seconds=60), "at the end of its protection")
     assert 'data-testid="drain-preview"' in page.content.decode() and page.context["progress"] is None
+
+
+def test_the_queue_pages_sort_metric_is_the_path_the_tick_walked(demo, now, client):
+    # Two waiting olmo jobs too large to start, so they keep their places in the queue.
+    make_job(project="olmo", gpus=400)
+    make_job(project="olmo", gpus=400)
+    tick = run_tick(demo, now=now).tick
+    ratios = tick.unit_ratios
+    # After the tick, olmo is moved under multimodal and molmo submits: the page shows what the tick ordered by.
+    Unit.objects.filter(name="olmo").update(parent=Unit.objects.get(name="multimodal"))
+    make_job(project="molmo", gpus=400)
+
+    client.force_login(get_user("alice"))
+    page = client.get("/clusters/gb200-east/queue/")
+    rows = {row["project"].name: row for row in page.context["order"]}
+    walked = [("nlp", ratios.get("nlp")), ("olmo", ratios.get("olmo"))]
+    assert rows["olmo"]["path"] == walked
+    assert {tuple(job.sort_path) for job in page.context["pending"] if job.project.name == "olmo"} == {tuple(walked)}
+    # molmo's job came after the tick: no order has been decided for it yet, and the page says so.
+    assert rows["molmo"]["path"] == [] and rows["molmo"]["first"] is None
+    assert "at the next tick" in page.content.decode()

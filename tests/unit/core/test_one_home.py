@@ -133,7 +133,7 @@ def test_the_core_explains_the_order_it_made_project_by_project() -> None:
     ]
     decisions = schedule(snapshot(topo, org, pending_jobs=jobs), now=NOW, policy=POLICY)
     assert [start.job_id for start in decisions.starts] == ["p1"]
-    assert decisions.queue_order == (
+    assert tuple(replace(step, path=()) for step in decisions.queue_order) == (
         QueueStep("q", 1, QUEUE_FIRST),
         QueueStep("p", 2, QUEUE_CHARGED, "q", "p", pytest.approx(0.2), pytest.approx(0.1)),
         QueueStep("r", 3, QUEUE_LESS_SERVED, "a", "b", pytest.approx(0.15), pytest.approx(0.5)),
@@ -142,6 +142,9 @@ def test_the_core_explains_the_order_it_made_project_by_project() -> None:
         QueueStep("v", 6, QUEUE_AFTER_ALLOCATED),
         QueueStep("w", 7, QUEUE_BOTH_UNALLOCATED),
     )
+    # Each project's sort metric, level by level: its units from the top of the tree, as the walk took them.
+    assert [step.path for step in decisions.queue_order] == [
+        ("a", "q"), ("a", "p"), ("b", "r"), ("s",), ("t",), ("b", "v"), ("w",)]
     # Each step stands where the project's first waiting job does.
     for step in decisions.queue_order:
         assert step.position == min(decisions.pending[job.id].position for job in jobs
