@@ -12,8 +12,10 @@ from django.utils import timezone
 from budgets.models import Membership, Unit
 from budgets.selectors import entitled_gpu_seconds, walk_units
 from scheduler.choices import LIVE_STATES, EventKind
+from scheduler.core import measures as core_measures
 from scheduler.core import model as core
 from scheduler.core.drains import if_drained
+from scheduler.core.lifecycle import Cause, StopCause
 from scheduler.core.measures import (
     FRAGMENTATION_SIZES,
     Demand,
@@ -25,6 +27,7 @@ from scheduler.core.measures import (
 )
 from scheduler.core.model import QUEUE_NEW, QueueStep
 from scheduler.core.reasons import queue_step
+from scheduler.core.reservation import grace_period_for
 from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, Tick
 from scheduler.racks import domain_views
 from scheduler.snapshot import moment, running_on_host
@@ -45,11 +48,12 @@ def pending_demand(cluster) -> dict:
 
 
 def preemption_costs(cluster, *, now: datetime, hours: float = 24) -> dict:
-    """What preemptions cost over the last `hours` (issue 18's measures, as the simulator defines them).
+    """What preemptions cost over the last `hours` (issue 18's measures, as the simulator measures them).
 
     Preemptions (other than a job's own maximum runtime) per job that ran in the span (mean and most of one
     job), and the share of preemptions on behalf of a job after which that job did not start within the
-    victim's grace period + two ticks (only those whose deadline has passed are judged). Three queries.
+    plan's grace period + two ticks (`core.measures.wasted_preemptions`; only those whose deadline has passed
+    are judged). Three queries.
     """
 
     since = now - timedelta(hours=hours)
@@ -63,25 +67,25 @@ def preemption_costs(cluster, *, now: datetime, hours: float = 24) -> dict:
     per_job: dict[int, int] = defaultdict(int)
     for job_id, *_ in preempts:
         per_job[job_id] += 1
-    preemptors = {int(cause[4:]) for _, _, cause, _ in preempts if cause.startswith("job:") and cause[4:].isdigit()}
-    starts: dict[int, list[datetime]] = defaultdict(list)
-    for job_id, at in (JobEvent.objects.filter(job_id__in=preemptors, kind=EventKind.START, at__gte=since)
-                       .order_by("at").values_list("job_id", "at")):
-        starts[job_id].append(at)
-    judged = wasted = 0
+    policy = cluster.scheduling_policy()
+    # Preemptions on behalf of a job (cause `job:<id>`), with the grace the core gave each victim.
+    on_behalf = []
     for _, at, cause, victim_min_runtime in preempts:
-        if not (cause.startswith("job:") and cause[4:].isdigit()):
+        try:
+            stop = StopCause.parse(cause)
+        except ValueError:  # not a cause the core writes (an event from before causes were typed)
             continue
-        grace = cluster.grace_period_seconds if victim_min_runtime > 0 else cluster.unallocated_grace_seconds
-        deadline = at + timedelta(seconds=grace + 2 * cluster.tick_seconds)
-        started = any(at <= start <= deadline for start in starts.get(int(cause[4:]), ()))
-        if started or deadline <= now:
-            judged += 1
-            wasted += 0 if started else 1
+        if stop is not None and stop.kind is Cause.JOB and stop.subject.isdigit():
+            on_behalf.append((at.timestamp(), stop.subject, grace_period_for(victim_min_runtime > 0, policy)))
+    starts: dict[str, list[float]] = defaultdict(list)
+    for job_id, at in (JobEvent.objects.filter(job_id__in={int(p) for _, p, _ in on_behalf}, kind=EventKind.START,
+                                               at__gte=since).order_by("at").values_list("job_id", "at")):
+        starts[str(job_id)].append(at.timestamp())
+    wasted = core_measures.wasted_preemptions(on_behalf, starts, tick=policy.tick, end=now.timestamp())
     return {
         "hours": hours, "preemptions": len(preempts), "jobs": len(ran),
         "per_job": len(preempts) / len(ran) if ran else 0.0, "max": max(per_job.values(), default=0),
-        "on_behalf": judged, "wasted": wasted, "wasted_share": wasted / judged if judged else 0.0,
+        "on_behalf": wasted.judged, "wasted": wasted.wasted, "wasted_share": wasted.share,
     }
 
 

@@ -34,6 +34,7 @@ could start now without preempting anyone.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -305,3 +306,48 @@ class TimeAverage:
         if seconds > 0:
             return weighted / seconds
         return self._last[1] if self._last is not None else 0.0
+
+
+# ---------------------------------------------------------------- preemptions that paid (issue 18)
+
+
+@dataclass(frozen=True)
+class WastedPreemptions:
+    """Preemptions on behalf of a job, judged: `wasted` of `judged`; `undecided` ones are not judged yet."""
+
+    wasted: int = 0
+    judged: int = 0
+    undecided: int = 0
+
+    @property
+    def share(self) -> float:
+        return self.wasted / self.judged if self.judged else 0.0
+
+
+def wasted_preemptions(preemptions: Iterable[tuple[float, str, float]], starts: Mapping[str, list[float]], *,
+                       tick: float, end: float) -> WastedPreemptions:
+    """Preemptions after which the job they were for did not start within the plan's grace + two ticks.
+
+    `preemptions` are (when, the job preempted for, the victim's grace period), one per victim; `starts` each
+    such job's start times, sorted. A plan's grace is the longest of the victims it preempted for the same job
+    at the same moment (the job starts when the last of them has left). A preemption whose job did not start
+    by its deadline is wasted once the deadline has passed (`end`: the end of the run, or now), else undecided.
+    The simulator's summary and the cluster dashboard both measure it here.
+    """
+    preemptions = list(preemptions)
+    plan_grace: dict[tuple[float, str], float] = {}
+    for when, preemptor, grace in preemptions:
+        plan_grace[(when, preemptor)] = max(grace, plan_grace.get((when, preemptor), 0.0))
+    wasted = judged = undecided = 0
+    for when, preemptor, _grace in preemptions:
+        deadline = when + plan_grace[(when, preemptor)] + 2 * tick
+        times = starts.get(preemptor, ())
+        i = bisect_left(times, when)
+        if i < len(times) and times[i] <= deadline + 1e-9:
+            judged += 1
+        elif deadline > end:
+            undecided += 1
+        else:
+            judged += 1
+            wasted += 1
+    return WastedPreemptions(wasted, judged, undecided)

@@ -22,7 +22,12 @@ from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group
 
 def grace_for(job: RunningJob, policy: Policy) -> float:
     """SIGTERM to SIGKILL for this job: unallocated jobs were promised nothing and get the shorter one."""
-    return policy.grace_period if job.allocated else policy.unallocated_grace
+    return grace_period_for(job.allocated, policy)
+
+
+def grace_period_for(allocated: bool, policy: Policy) -> float:
+    """`grace_for` of a job by whether it is allocated (minimum runtime > 0)."""
+    return policy.grace_period if allocated else policy.unallocated_grace
 
 
 @dataclass(frozen=True)

@@ -8,12 +8,12 @@ inputs alone (same inputs, same bytes) except `wall_seconds` in summary.json.
 
 from __future__ import annotations
 
-import bisect
 import csv
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from scheduler.core import measures
 from scheduler.core import model as core
 
 from .inputs import Cluster
@@ -143,32 +143,15 @@ def preemptions_per_job(result: Result) -> dict:
 
 
 def wasted_preemptions(result: Result) -> dict:
-    """Preemptions on behalf of a job after which that job did not start within the grace period + two ticks.
-
-    The grace period is the plan's: the longest grace of the victims preempted for that job at that moment
-    (it starts when the last of them has left). A preemption whose deadline falls after the end of the run
-    is not judged (`undecided`); `share` is the wasted ones over those judged.
+    """Preemptions on behalf of a job after which that job did not start within the plan's grace + two ticks
+    (`core.measures.wasted_preemptions`, as the cluster dashboard measures it). A preemption whose deadline falls
+    after the end of the run is not judged (`undecided`); `share` is the wasted ones over those judged.
     """
-    tick = result.cluster.policy.tick
-    starts = {run.job.id: run.starts for run in result.runs}
-    plan_grace: dict[tuple[float, str], float] = {}
-    for when, preemptor, _victim, grace in result.preemptions_for:
-        key = (when, preemptor)
-        plan_grace[key] = max(grace, plan_grace.get(key, 0.0))
-    wasted = judged = undecided = 0
-    for when, preemptor, _victim, _grace in result.preemptions_for:
-        deadline = when + plan_grace[(when, preemptor)] + 2 * tick
-        times = starts.get(preemptor, [])
-        i = bisect.bisect_left(times, when)
-        if i < len(times) and times[i] <= deadline + 1e-9:
-            judged += 1
-        elif deadline > result.end:
-            undecided += 1
-        else:
-            judged += 1
-            wasted += 1
-    return {"share": _round(wasted / judged) if judged else 0.0, "wasted": wasted, "on_behalf": judged,
-            "undecided": undecided}
+    measured = measures.wasted_preemptions(
+        ((when, preemptor, grace) for when, preemptor, _victim, grace in result.preemptions_for),
+        {run.job.id: run.starts for run in result.runs}, tick=result.cluster.policy.tick, end=result.end)
+    return {"share": _round(measured.share), "wasted": measured.wasted, "on_behalf": measured.judged,
+            "undecided": measured.undecided}
 
 
 def summarise(result: Result) -> dict:

@@ -51,3 +51,19 @@ def test_it_counts_preemptions_per_job_and_those_whose_preemptor_did_not_start_i
     html = client.get("/clusters/gb200-east/").content.decode()
     assert '<div class="value">0.75</div><div class="label">preemptions per job, last 24 h (at most 2 of one)' in html
     assert "wasted <strong>50 %</strong> (1 of 2)" in html
+
+
+def test_a_plan_is_judged_by_its_longest_grace_as_in_the_simulator(demo):
+    """a preempts an unallocated job (grace 10 s) and an allocated one (60 s) at once: it can start only when
+    the second has left, so starting 50 s later is in time for both (deadline 60 s + two 5 s ticks)."""
+    cluster = Cluster.objects.get(name="gb200-east")
+    now = timezone.now()
+    filler, trainer = make_job(gpus=4, min_runtime=0, project="tulu", user="carol"), make_job(gpus=4)
+    a = make_job(gpus=8)
+    at = now - timedelta(hours=1)
+    for victim in (filler, trainer):
+        _event(victim, EventKind.START, at - timedelta(hours=1))
+        _event(victim, EventKind.PREEMPT, at, f"job:{a.pk}")
+    _event(a, EventKind.START, at + timedelta(seconds=50))
+    costs = preemption_costs(cluster, now=now)
+    assert (costs["wasted"], costs["on_behalf"]) == (0, 2)
