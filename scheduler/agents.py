@@ -19,6 +19,7 @@ from client.text import clean_output
 from scheduler.choices import LIVE_STATES, JobState
 from scheduler.core.capacity import per_host_share
 from scheduler.core.lifecycle import Cause, Outcome
+from scheduler.core.reservation import grace_period_for
 from scheduler.models import GpuAssignment, Job, JobProcess
 from scheduler.services import job_end_run
 from topology.choices import GpuHealth, HostState
@@ -257,6 +258,7 @@ def heartbeat_reply(host: Host, *, now: datetime, reported=(), refused=()) -> di
     peers (`hosts`, by rank). The agent enforces the cluster's `allow_root_jobs`.
     """
     cluster = host.domain.cluster
+    policy = cluster.scheduling_policy()
     processes = list(
         JobProcess.objects.filter(host=host, job__state__in=LIVE_STATES)
         .exclude(state__in=[JobProcess.State.EXITED, JobProcess.State.LOST])
@@ -280,8 +282,7 @@ def heartbeat_reply(host: Host, *, now: datetime, reported=(), refused=()) -> di
             "job": job.pk, "run": process.run, "rank": process.rank, "world_size": len(peers),
             "gpus": gpus, "gpu_milli": job.gpu_milli, "command": job.command,
             "master_addr": peers[0], "master_port": master_port(job.pk), "hosts": peers,
-            "restarts": job.restarts, "grace": cluster.grace_period_seconds if job.allocated
-            else cluster.unallocated_grace_seconds,
+            "restarts": job.restarts, "grace": grace_period_for(job.allocated, policy),
             # MIG jobs: the instances to expose instead of whole GPUs (client/agent.py resolves their UUIDs).
             "mig": mig_by_job.get(job.pk, []),
             "account": _account(job.user), "workdir": job.workdir, "env": job.env or {},
