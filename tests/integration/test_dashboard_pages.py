@@ -90,6 +90,18 @@ def test_the_rack_marks_hosts_held_for_a_head_of_line_job_and_names_each_gpus_jo
     assert "<html" not in part and 'data-testid="rack"' in part
 
 
+def test_the_queue_page_says_when_a_reservation_is_expected_to_start_in_local_time(demo, client):
+    waiting = make_job(gpus=72, min_runtime=3600, state="pending", topology="domain")
+    start = timezone.now() + timedelta(hours=1, seconds=30)
+    Tick.objects.create(cluster=demo, started_at=timezone.now(), duration=0.1, reservations=[{
+        "job": waiting.pk, "domain": "nvl72-02", "hosts": ["nvl72-02-h01"], "expected_start": start.isoformat(),
+        "reason": "held until 1h",
+    }])
+    client.force_login(get_user("alice"))
+    html = client.get("/clusters/gb200-east/queue/").content.decode()
+    assert f"<td>{timezone.localtime(start):%H:%M} (in 1h)</td>" in html
+
+
 def test_the_repairs_page_groups_hosts_out_of_service(demo, client):
     make_job(gpus=4, min_runtime=3600, on_hosts=["nvl72-02-h01"])
     Host.objects.get(name="nvl72-02-h01").set_state(HostState.DRAINING, actor="olga", reason="NVLink errors")
