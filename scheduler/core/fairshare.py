@@ -153,6 +153,28 @@ def may_take_from(gainer: UnitNode, loser: UnitNode, charge: float) -> tuple[Uni
     return None
 
 
+def may_take_on_own_path(gainer: UnitNode, loser: UnitNode, charge: float) -> tuple[UnitNode, UnitNode] | None:
+    """Rule 4b, second clause: may a job of `gainer` preempt an allocated job of `loser` although its side at
+    their lowest common ancestor is not less served than the loser's?
+
+    For a job that needs a whole multi-host NVLink domain (the callers check): it may when a unit on its own
+    path below that side (its project, or an ancestor of it), charged `charge`, stays strictly below the
+    loser's side. Such a job can start only where a domain that large stands and can't be given what its
+    siblings hold elsewhere, so a side kept level with the loser's by their use does not keep it out. Jobs
+    the first clause opens come first as victims (`Victims`); the loser's side, less served then, may take
+    back as usual. Returns (that unit, the loser's side) for the reason, else None.
+    """
+    sides = sides_at_common_ancestor(gainer, loser)
+    if sides is None:
+        return None
+    gainer_side, loser_side = sides
+    limit = loser_side.ratio
+    for node in gainer.path[len(gainer_side.path):]:
+        if node.ratio_with(charge) < limit:
+            return node, loser_side
+    return None
+
+
 def allocated_key(node: UnitNode) -> tuple:
     # Lowest usage ratio first; ties: larger share, then name.
     return (node.ratio, -(node.share or 0.0), node.name)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
-from .fairshare import UnitNode, UnitTree, gpu_amount, may_take_from
+from .fairshare import UnitNode, UnitTree, gpu_amount, may_take_from, may_take_on_own_path
 from .model import (
     DOMAIN,
     RUNNING,
@@ -222,7 +222,7 @@ class Victims:
         jobs like it then cost a lookup.
         """
         search = self._search(req, host_ok)
-        eligible, outlook = self._outlook(gainer, charge, within)
+        eligible, outlook = self._outlook(gainer, charge, within, whole_domain)
         # Fractions and jobs with earmarks skip the upper bound (it counts neither).
         bounded = not (req.shared or req.earmarked)
         hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
@@ -259,16 +259,18 @@ class Victims:
     def _search(self, req: JobRequest, host_ok: HostFilter) -> _Search:
         return _Search(req, self.capacity, {p for lane in pools_for(req, self.capacity) for p in lane}, host_ok)
 
-    def _outlook(self, gainer: UnitNode, charge: float,
-                 within: UnitNode | None) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
+    def _outlook(self, gainer: UnitNode, charge: float, within: UnitNode | None,
+                 whole_domain: bool = False) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
         """The blocks the gainer may take from (rule 4), with the sides compared, and what they could give.
 
         With `within`, allocated jobs only of units under it (see `Cycle._preemption_scope`).
         """
-        key = (gainer.name, charge, None if within is None else within.name)
+        key = (gainer.name, charge, None if within is None else within.name, whole_domain)
         cached = self._eligible.get(key)
         if cached is None or cached[0] != self._ratios_version:
             eligible = []
+            # Blocks only rule 4b's second clause opens come after all the others (`may_take_on_own_path`).
+            second = []
             for block in self.blocks:
                 sides = None
                 if block.allocated:
@@ -276,8 +278,12 @@ class Victims:
                         continue
                     sides = may_take_from(gainer, block.unit, charge)
                     if sides is None:
+                        sides = may_take_on_own_path(gainer, block.unit, charge) if whole_domain else None
+                        if sides is not None:
+                            second.append((block, sides))
                         continue
                 eligible.append((block, sides))
+            eligible += second
             cached = self._eligible[key] = (
                 self._ratios_version, eligible, frozenset(id(block) for block, _ in eligible))
         _, eligible, signature = cached

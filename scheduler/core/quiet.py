@@ -47,6 +47,7 @@ import math
 
 from .fairshare import UnitTree, gpu_amount, sides_at_common_ancestor
 from .model import DRAINING, RUNNING, Decisions, Policy, backed_off_until, protected_until, shielded_until
+from .placement import lanes, pools_in
 from .state import ClusterState
 
 # A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
@@ -189,6 +190,7 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
                 return turns
         return segment_end
 
+    large = _large_charges(state, policy)
     for gainer, charges in sorted(state.pending_charges().items()):
         for loser in sorted(losers):
             sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[loser])
@@ -198,6 +200,12 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
             if gainer_side.entitled <= 0 or loser_side.entitled <= 0:
                 continue
             soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged, now, crossing))
+            # Rule 4b's second clause (`may_take_on_own_path`): a job that needs a whole NVLink domain may take
+            # from the loser once a unit on its own path below its side is less served than the loser's side.
+            for node in tree.nodes[gainer].path[len(gainer_side.path):] if gainer in large else ():
+                if node.entitled > 0:
+                    soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged, now,
+                                                       crossing))
             if soonest <= now + AFTER:
                 return soonest
     if state.held_back or state.scoped:
@@ -211,6 +219,26 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
                     if a is not b and a.ratio_with(claimed[a.name]) > b.ratio_with(claimed[b.name]):
                         soonest = min(soonest, crossing(a, claimed[a.name], b, claimed[b.name]))
     return soonest
+
+
+def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]]:
+    """Project -> the charges of its pending allocated jobs that need a whole multi-host NVLink domain (more GPUs
+    than a host of the pools they may use has, and as many as their largest domain), as `Cycle._whole_domain`
+    tells them; jobs holding a claim aside, as in `pending_charges`."""
+    capacity = state.capacity
+    found: dict[str, set[float]] = {}
+    for project, jobs in state.queues[True].items():
+        for job in jobs:
+            if job.gpus <= 1 or job.earmarked_gpus or job.mig_profile:
+                continue
+            pools = [pool for side in pools_in(capacity, lanes(job, policy), job.gpu_types) for pool in side]
+            if not pools or job.gpus < max(pool.largest_group for pool in pools):
+                continue
+            if any(job.gpus_per_host == job.gpus if job.gpus_per_host is not None else job.gpus <= pool.largest_host
+                   for pool in pools):
+                continue
+            found.setdefault(project, set()).add(gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime)
+    return {project: sorted(charges) for project, charges in found.items()}
 
 
 def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float], charged: set[str],

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .capacity import NOTHING, Capacity, HostState, Release
-from .fairshare import UnitNode, UnitTree, may_take_from
+from .fairshare import UnitNode, UnitTree, may_take_from, may_take_on_own_path
 from .model import DOMAIN, PREEMPTING, Policy, RunningJob, protected_until, shielded_until
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
 
@@ -63,7 +63,9 @@ class LeaveTimes:
                 could_go = self.now
             else:
                 if job.project not in may:
-                    may[job.project] = may_take_from(gainer, self.tree.nodes[job.project], charge) is not None
+                    loser = self.tree.nodes[job.project]
+                    may[job.project] = (may_take_from(gainer, loser, charge) is not None
+                                        or whole_domain and may_take_on_own_path(gainer, loser, charge) is not None)
                 could_go = max(self.now, until(job, self.policy)) if may[job.project] else math.inf
             if job.max_runtime is not None:
                 could_go = min(could_go, max(self.now, job.start_time + job.max_runtime))

@@ -20,8 +20,10 @@ from .builders import HOUR, gpus_of, hgx, nvl72, pending, running, snapshot, top
 POLICY = Policy(tick=5, grace_period=60, unallocated_grace=10)
 NOW = 10 * 24 * HOUR
 # 88 healthy GPUs over a 7-day window: A and B are entitled to 7,392 GPU-hours each, a1 and a2 to 3,696.
-# A has used 4,000 (ratio 54.1 %); B 3,924 plus 176 from its running jobs (55.5 %).
-ORG = units(("A", None, 50), ("a1", "A", 50, 1000), ("a2", "A", 50, 3000), ("B", None, 50), ("b", "B", 100, 3924))
+# A has used 4,000 (ratio 54.1 %); B 3,924 plus 176 from its running jobs (55.5 %). a1 has used 1,800 (48.7 %):
+# charged its job's 288 GPU-hours, neither A (58.0 %) nor a1 itself (56.5 %) stays below B, so it may not
+# take B's rack (rule 4b's second clause, test_own_path.py, does not open it either).
+ORG = units(("A", None, 50), ("a1", "A", 50, 1800), ("a2", "A", 50, 2200), ("B", None, 50), ("b", "B", 100, 3924))
 CLUSTER = topology(nvl72("nvl72-01"), hgx("hgx-01"), hgx("hgx-02"))
 RACK = tuple(f"nvl72-01-h{n:02d}:{i}" for n in range(1, 19) for i in range(4))
 STARTED = NOW - 2 * HOUR  # past their one-hour protection
@@ -65,7 +67,7 @@ def test_without_a_waiting_sibling_the_same_job_preempts_the_other_branch() -> N
 
 def test_the_waiting_sibling_itself_preempts_once_its_program_is_behind_enough() -> None:
     """The guard holds a2 back; it does not hold a1 back: with B further ahead, a1's job takes the rack."""
-    ahead = units(("A", None, 50), ("a1", "A", 50, 1000), ("a2", "A", 50, 3000), ("B", None, 50),
+    ahead = units(("A", None, 50), ("a1", "A", 50, 1800), ("a2", "A", 50, 2200), ("B", None, 50),
                   ("b", "B", 100, 4400))
     snap = snapshot(CLUSTER, ahead, running_jobs=[b_rack(), b_hgx("b-1", "hgx-01-h01"), b_hgx("b-2", "hgx-02-h01")],
                     pending_jobs=[a1_big(), a2_small()])
