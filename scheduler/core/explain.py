@@ -14,7 +14,7 @@ from itertools import accumulate
 from . import reasons
 from .fairshare import explain_order
 from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, PendingJob, PendingStatus, protected_until
-from .placement import pools_for
+from .placement import pools_for, spans_hosts
 from .reservation import grace_for
 from .search import (
     BACKING_OFF,
@@ -25,7 +25,6 @@ from .search import (
     RESERVED,
     VICTIMS_LEAVING,
     Wait,
-    spans_hosts,
 )
 
 

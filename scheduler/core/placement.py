@@ -495,6 +495,19 @@ def _best_in_pool(pool: Pool, req: JobRequest, host_ok: HostFilter, capacity: Ca
     return _fewest_groups(pool, req, host_ok)
 
 
+def spans_hosts(req: JobRequest, capacity: Capacity) -> bool:
+    """Does the job need more than one host in every pool it may use?"""
+    return not any(req.single_host(pool) for lane in pools_for(req, capacity) for pool in lane)
+
+
+def needs_whole_domain(req: JobRequest, capacity: Capacity) -> bool:
+    """Does the job need at least one whole multi-host NVLink domain (rule 5's large jobs, rule 4b's second
+    clause)? More GPUs than one host holds in every pool it may use, and as many as their largest domain."""
+    pools = [pool for lane in pools_for(req, capacity) for pool in lane]
+    return (bool(pools) and not any(req.single_host(pool) for pool in pools)
+            and req.gpus >= max(pool.largest_group for pool in pools))
+
+
 def pools_for(req: JobRequest, capacity: Capacity) -> list[list[Pool]]:
     """The pools a job may use, one list per fast-lane side in preference order."""
     return pools_in(capacity, req.lanes, req.gpu_types)

@@ -47,7 +47,7 @@ import math
 
 from .fairshare import UnitTree, gpu_amount, sides_at_common_ancestor
 from .model import DRAINING, RUNNING, Decisions, Policy, backed_off_until, protected_until, shielded_until
-from .placement import lanes, pools_in
+from .placement import JobRequest, lanes, needs_whole_domain
 from .state import ClusterState
 
 # A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
@@ -222,22 +222,22 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
 
 
 def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]]:
-    """Project -> the charges of its pending allocated jobs that need a whole multi-host NVLink domain (more GPUs
-    than a host of the pools they may use has, and as many as their largest domain), as `Cycle._whole_domain`
-    tells them; jobs holding a claim aside, as in `pending_charges`."""
+    """Project -> the charges of its pending allocated jobs that need a whole multi-host NVLink domain
+    (`placement.needs_whole_domain`, as the tick asks it); jobs holding a claim aside, as in `pending_charges`."""
     capacity = state.capacity
     found: dict[str, set[float]] = {}
+    # Whether jobs asking alike need a whole domain: what `needs_whole_domain` reads of a job.
+    whole: dict[tuple, bool] = {}
     for project, jobs in state.queues[True].items():
         for job in jobs:
-            if job.gpus <= 1 or job.earmarked_gpus or job.mig_profile:
+            if job.earmarked_gpus:
                 continue
-            pools = [pool for side in pools_in(capacity, lanes(job, policy), job.gpu_types) for pool in side]
-            if not pools or job.gpus < max(pool.largest_group for pool in pools):
-                continue
-            if any(job.gpus_per_host == job.gpus if job.gpus_per_host is not None else job.gpus <= pool.largest_host
-                   for pool in pools):
-                continue
-            found.setdefault(project, set()).add(gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime)
+            key = (job.gpus, job.gpus_per_host, job.gpu_types, lanes(job, policy))
+            large = whole.get(key)
+            if large is None:
+                large = whole[key] = needs_whole_domain(JobRequest.of(job, policy), capacity)
+            if large:
+                found.setdefault(project, set()).add(gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime)
     return {project: sorted(charges) for project, charges in found.items()}
 
 

@@ -21,7 +21,18 @@ from . import reasons
 from .capacity import Capacity, HostState
 from .fairshare import gpu_amount
 from .model import ANY, DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob
-from .placement import HostFilter, JobRequest, Placement, find_placement, lanes, pools_for, pools_in, protected_for
+from .placement import (
+    HostFilter,
+    JobRequest,
+    Placement,
+    find_placement,
+    lanes,
+    needs_whole_domain,
+    pools_for,
+    pools_in,
+    protected_for,
+    spans_hosts,
+)
 
 # What happened to a job that did not start.
 NEVER = "never"  # no healthy capacity could ever hold it
@@ -82,9 +93,7 @@ class BoundedSearch:
         """
         known = self._whole.get(job.id)
         if known is None:
-            req = self._request(job)
-            largest = max((pool.largest_group for lane in pools_for(req, self.capacity) for pool in lane), default=0)
-            known = self._whole[job.id] = spans_hosts(req, self.capacity) and req.gpus >= largest
+            known = self._whole[job.id] = needs_whole_domain(self._request(job), self.capacity)
         return known
 
     def _request(self, job: PendingJob) -> JobRequest:
@@ -258,11 +267,6 @@ def any_host(host: HostState) -> bool:
 # Everything about a job that its decision depends on, but who it is.
 _alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
                     "max_runtime", "cpus", "memory_gib", "mig_profile")
-
-
-def spans_hosts(req: JobRequest, capacity: Capacity) -> bool:
-    """Does the job need more than one host in every pool it may use?"""
-    return not any(req.single_host(pool) for lane in pools_for(req, capacity) for pool in lane)
 
 
 def _never_fits(req: JobRequest, capacity: Capacity) -> str:
