@@ -1,10 +1,11 @@
 """The whole live tick — snapshot from the database, core decision, atomic apply — at demo and 4k-GPU scale.
 
-    .venv/bin/python bench/live_tick.py [--database-url URL] [--jobs N] [--ticks N] [--json]
+    .venv/bin/python bench/live_tick.py [--database-url URL] [--racks N] [--jobs N] [--ticks N] [--json]
 
 Builds a fresh database (a temporary SQLite file unless --database-url names
 a PostgreSQL database, which is emptied), loads the demo cluster and org, and
-a 4,032-GPU cluster (56 GB200 NVL72 racks) from a generated spec, submits a
+a cluster of GB200 NVL72 racks (56 by default: 4,032 GPUs; `--racks 228
+--jobs 12000`: 16,416 GPUs, issue 15's size) from a generated spec, submits a
 queue through the same service as the API, lets a few ticks settle, then
 reports the median of the measured ticks as recorded in their Tick rows.
 """
@@ -24,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 BIG_CLUSTER = {
-    "name": "gb200-4k",
+    "name": "gb200-big",
     "policy": {"executor": "simulated", "fast_lane_gpus": 32},
     "domains": [
         {"name": "rack-{:02d}", "count": 56, "hosts": 18, "gpus_per_host": 4, "gpu_type": "GB200",
@@ -47,7 +48,14 @@ def setup_django(database_url: str | None) -> None:
     django.setup()
 
 
-def prepare(jobs: int, seed: int) -> None:
+def big_cluster(racks: int) -> dict:
+    """The generated cluster: `racks` NVL72 racks of 18 hosts × 4 GPUs, three hosts unhealthy."""
+    spec = {**BIG_CLUSTER, "domains": [{**BIG_CLUSTER["domains"][0], "count": racks}]}
+    spec["unhealthy_hosts"] = [name for name in BIG_CLUSTER["unhealthy_hosts"] if int(name[5:7]) <= racks]
+    return spec
+
+
+def prepare(jobs: int, seed: int, racks: int) -> None:
     import yaml
     from django.core.management import call_command
 
@@ -60,19 +68,19 @@ def prepare(jobs: int, seed: int) -> None:
     call_command("migrate", "--no-input", verbosity=0)
     load_cluster_file(REPO / "demo" / "cluster.yaml")
     spec = Path(os.environ["ALLOT_VAR_DIR"]) / "big.yaml"
-    spec.write_text(yaml.safe_dump(BIG_CLUSTER))
+    spec.write_text(yaml.safe_dump(big_cluster(racks)))
     load_cluster_file(spec)
     org = yaml.safe_load((REPO / "demo" / "org.yaml").read_text())
     for unit in org["units"]:
-        unit["share"]["gb200-4k"] = unit["share"]["gb200-east"]
+        unit["share"]["gb200-big"] = unit["share"]["gb200-east"]
         for child in unit.get("children", []):
-            child["share"]["gb200-4k"] = child["share"]["gb200-east"]
+            child["share"]["gb200-big"] = child["share"]["gb200-east"]
     (Path(os.environ["ALLOT_VAR_DIR"]) / "org.yaml").write_text(yaml.safe_dump(org))
     load_org_file(Path(os.environ["ALLOT_VAR_DIR"]) / "org.yaml")
 
     members = list(Membership.objects.filter(role="member").select_related("user", "unit").order_by("pk"))
     rng = random.Random(seed)
-    for cluster, count in (("gb200-east", max(50, jobs // 20)), ("gb200-4k", jobs)):
+    for cluster, count in (("gb200-east", max(50, jobs // 20)), ("gb200-big", jobs)):
         for _ in range(count):
             member = rng.choice(members)
             gpus, topology, min_runtime = rng.choice(SHAPES)
@@ -114,7 +122,8 @@ def measure(cluster_name: str, ticks: int, settle: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--database-url", help="postgres://... (emptied!) ; default: a temporary SQLite file")
-    parser.add_argument("--jobs", type=int, default=3000, help="jobs queued on the 4k-GPU cluster")
+    parser.add_argument("--racks", type=int, default=56, help="NVL72 racks of the generated cluster (72 GPUs each)")
+    parser.add_argument("--jobs", type=int, default=3000, help="jobs queued on the generated cluster")
     parser.add_argument("--ticks", type=int, default=10)
     parser.add_argument("--settle", type=int, default=5)
     parser.add_argument("--seed", type=int, default=11)
@@ -123,8 +132,10 @@ def main() -> int:
     setup_django(args.database_url)
     from django.db import connection
 
-    prepare(args.jobs, args.seed)
-    results = [measure(name, args.ticks, args.settle) for name in ("gb200-east", "gb200-4k")]
+    if not 1 <= args.racks <= 999:
+        parser.error(f"--racks must be between 1 and 999, not {args.racks}")
+    prepare(args.jobs, args.seed, args.racks)
+    results = [measure(name, args.ticks, args.settle) for name in ("gb200-east", "gb200-big")]
     if args.json:
         print(json.dumps({"database": connection.vendor, "results": results}, indent=2))
         return 0

@@ -77,7 +77,8 @@ UNALLOCATED_CHARGE_SECONDS = 3600.0
 
 def schedule(snapshot: Snapshot, *, now: float, policy: Policy) -> Decisions:
     """Decide one tick for `snapshot` at time `now`. Pure: same input, same output."""
-    return decide(ClusterState.from_snapshot(snapshot), now=now, policy=policy, commit=False)
+    with collector_paused():
+        return decide(ClusterState.from_snapshot(snapshot), now=now, policy=policy, commit=False)
 
 
 def decide(state: ClusterState, *, now: float, policy: Policy, commit: bool = True) -> Decisions:
