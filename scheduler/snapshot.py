@@ -98,11 +98,13 @@ def running_on_host(host, *, now: datetime) -> list[core.RunningJob]:
 
 def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
     now = now or timezone.now()
-    domains = list(Domain.objects.filter(cluster=cluster).select_related("block").order_by("name"))
-    hosts = list(Host.objects.filter(domain__cluster=cluster).order_by("domain__name", "position"))
+    # Rows, not model instances: a 16k-GPU cluster has thousands of hosts.
+    domains = list(Domain.objects.filter(cluster=cluster).order_by("name").values("pk", "name", "block__name", "kind"))
+    hosts = list(Host.objects.filter(domain__cluster=cluster).order_by("domain__name", "position").values(
+        "pk", "name", "domain_id", "gpu_type", "state", "cpus", "memory_gib", "fast_lane"))
     gpus_by_host: dict[int, list[tuple[int, str, int]]] = defaultdict(list)
     gpu_pks: dict[str, int] = {}
-    host_names = {host.pk: host.name for host in hosts}
+    host_names = {host["pk"]: host["name"] for host in hosts}
     mig_gpus: dict[int, list[str]] = defaultdict(list)  # host pk -> its healthy GPUs in MIG mode
     for pk, host_id, index, health, mig_enabled in (
         Gpu.objects.filter(host__domain__cluster=cluster).order_by("host_id", "index")
@@ -123,21 +125,20 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
         ):
             layouts[gpu_names[gpu_pk]].append((profile, start))
 
-    domain_names = {domain.pk: domain.name for domain in domains}
+    domain_names = {domain["pk"]: domain["name"] for domain in domains}
     hosts_by_domain: dict[int, list[str]] = defaultdict(list)
     core_hosts = []
     for host in hosts:
-        hosts_by_domain[host.domain_id].append(host.name)
+        hosts_by_domain[host["domain_id"]].append(host["name"])
         core_hosts.append(core.Host(
-            name=host.name, domain=domain_names[host.domain_id], gpu_type=host.gpu_type,
-            gpus=tuple(gpus_by_host[host.pk]), state=host.state, cpus=host.cpus, memory_gib=host.memory_gib,
-            fast_lane=host.fast_lane,
-            mig=tuple(core.MigGpu(gpu_id, tuple(layouts[gpu_id])) for gpu_id in mig_gpus.get(host.pk, ())),
+            name=host["name"], domain=domain_names[host["domain_id"]], gpu_type=host["gpu_type"],
+            gpus=tuple(gpus_by_host[host["pk"]]), state=host["state"], cpus=host["cpus"],
+            memory_gib=host["memory_gib"], fast_lane=host["fast_lane"],
+            mig=tuple(core.MigGpu(gpu_id, tuple(layouts[gpu_id])) for gpu_id in mig_gpus.get(host["pk"], ())),
         ))
     topology = core.Topology(
         domains=tuple(
-            core.Domain(name=d.name, hosts=tuple(hosts_by_domain[d.pk]), block=d.block.name if d.block else None,
-                        kind=d.kind)
+            core.Domain(name=d["name"], hosts=tuple(hosts_by_domain[d["pk"]]), block=d["block__name"], kind=d["kind"])
             for d in domains
         ),
         hosts=tuple(core_hosts),
@@ -187,6 +188,6 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
         recent_defrag_migrations=migrations,
     )
     return TickInput(
-        snapshot=snapshot, now=now, gpu_pks=gpu_pks, host_pks={host.name: host.pk for host in hosts},
+        snapshot=snapshot, now=now, gpu_pks=gpu_pks, host_pks={host["name"]: host["pk"] for host in hosts},
         pending_fields=pending_fields, earmarks=earmarks,
     )
