@@ -47,7 +47,7 @@ from .model import (
     Start,
     backed_off_until,
     in_seq_order,
-    shield,
+    run_shield,
 )
 from .placement import (
     NEW_INSTANCE,
@@ -415,7 +415,7 @@ class Cycle(BoundedSearch, Explanation):
                                      milli=req.milli, shared_gpu=placement.shared_gpu)
         host = placement.parts[0][0].name if job.gpus == 0 else ""
         start = Start(job.id, gpu_ids, req.milli, self._start_reason(job, placement, gpu_ids), host,
-                      protection=shield(job.min_runtime, job.preemptions, self.policy))
+                      protection=run_shield(job, self.policy))
         self.starts.append(start)
         claim = self.claims.pop(job.id, None)
         if claim:
@@ -447,7 +447,7 @@ class Cycle(BoundedSearch, Explanation):
             note = change if first is None else f"{first.reason}; {change}"
             self.mig_layouts[gpu] = MigLayout(gpu, choice.layout, note)
         decided = Start(job.id, (gpu,), job.gpu_milli, reason, mig_profile=profile, mig_start=start,
-                        protection=shield(job.min_runtime, job.preemptions, self.policy))
+                        protection=run_shield(job, self.policy))
         self.starts.append(decided)
         self._started(job, placement, running_from(job, decided, self.now))
 

@@ -301,9 +301,26 @@ def shield(min_runtime: float, preemptions: int, policy: Policy) -> float:
     return max(min_runtime, min(grown, preempted_protection_cap(policy)))
 
 
+def run_shield(job: RunningJob | PendingJob, policy: Policy) -> float:
+    """How long a run of this job is shielded (`shield`), counted from its start.
+
+    A restart (a run after a preemption) holds its GPUs for the job's restart
+    overhead before it makes progress again, so its shield counts from then:
+    each run gets its shield of work, and a job that checkpoints every k
+    seconds of progress, with a shield a multiple of k, is preempted just
+    after a checkpoint rather than `restart_overhead` seconds before one (all
+    the work since the checkpoint lost). The protection (`protected_until`)
+    still counts from the start, so whole-domain jobs keep rule 5's bound.
+    """
+    shielded = shield(job.min_runtime, job.preemptions, policy)
+    if shielded <= 0 or job.preemptions <= 0:
+        return shielded
+    return shielded + restart_overhead(job, policy)
+
+
 def shielded_until(job: RunningJob, policy: Policy) -> float:
-    """When a running allocated job's shield (`shield`) ends; its start for an unallocated one."""
-    return job.start_time + shield(job.min_runtime, job.preemptions, policy)
+    """When a running allocated job's shield (`run_shield`) ends; its start for an unallocated one."""
+    return job.start_time + run_shield(job, policy)
 
 
 def backoff(preemptions: int, policy: Policy) -> float:

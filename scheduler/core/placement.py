@@ -44,7 +44,7 @@ from typing import TypeVar
 
 from . import mig as mig_geometry
 from .capacity import NOTHING, Capacity, Group, HostState, MigState, Pool, Release
-from .model import DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, Policy, Topology, shield
+from .model import DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, Policy, Topology, run_shield
 from .packing import ShareCost, TargetWorkload, Task
 
 
@@ -62,9 +62,9 @@ def lanes(job: PendingJob, policy: Policy) -> tuple[bool, ...]:
 
 
 def protected_for(job: PendingJob, policy: Policy) -> float:
-    """How long a job can't be preempted for fairness once started (`model.shield`: its protection, longer once
+    """How long a job can't be preempted for fairness once started (`model.run_shield`: its protection, longer once
     it has been preempted), unless it must end sooner."""
-    protected = shield(job.min_runtime, job.preemptions, policy)
+    protected = run_shield(job, policy)
     if job.max_runtime is None:
         return protected
     return min(protected, job.max_runtime)

@@ -3,15 +3,17 @@ doubles for unallocated ones (which have no protection)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import Policy, schedule
-from scheduler.core.model import backoff, protection, shield
+from scheduler.core.model import backoff, protection, shield, shielded_until
 from scheduler.core.quiet import quiet_until
 from scheduler.core.state import ClusterState
 
-from .builders import DAY, HOUR, hgx, nvl72, pending, running, snapshot, topology, units
+from .builders import DAY, HOUR, gpus_of, hgx, nvl72, pending, running, snapshot, topology, units
 from .minisim import MiniCluster
 
 POLICY = Policy(tick=5, grace_period=60, unallocated_grace=10, unallocated_backoff=300,
@@ -102,7 +104,10 @@ def test_a_shielded_job_is_not_preempted_for_a_job_that_does_not_need_a_whole_do
     small = pending("q-small", "q", 8, min_runtime=HOUR)
     during = snapshot(rack, SHIELD_ORG, running_jobs=[_shielded_rack(started)], pending_jobs=[small])
     assert schedule(during, now=started + 10 * HOUR, policy=POLICY).preemptions == ()
-    after = schedule(during, now=started + 16 * HOUR + 1, policy=POLICY)
+    # A restart's shield counts from when it makes progress again: its start plus its restart overhead.
+    overhead = POLICY.restart_overhead
+    assert schedule(during, now=started + 16 * HOUR + overhead - 1, policy=POLICY).preemptions == ()
+    after = schedule(during, now=started + 16 * HOUR + overhead + 1, policy=POLICY)
     assert [(p.job_id, p.preemptor) for p in after.preemptions] == [("p-rack", "q-small")]
 
 
@@ -122,4 +127,30 @@ def test_the_simulator_is_woken_when_a_shield_ends() -> None:
     small = pending("q-small", "q", 8, min_runtime=HOUR)
     state = ClusterState.from_snapshot(snapshot(topology(nvl72("nvl72-01")), SHIELD_ORG,
                                                 running_jobs=[_shielded_rack(started)], pending_jobs=[small]))
-    assert quiet_until(state, now=started + 10 * HOUR, policy=POLICY) <= started + 16 * HOUR
+    assert quiet_until(state, now=started + 10 * HOUR, policy=POLICY) <= started + 16 * HOUR + POLICY.restart_overhead
+
+
+def test_a_restarts_shield_counts_from_when_it_makes_progress_again() -> None:
+    """A restart holds its GPUs for its restart overhead before it makes progress: its shield starts then, so
+    a job checkpointing every hour of progress with a 2 h shield is preempted just after a checkpoint, not
+    `restart_overhead` seconds before one with an hour of work lost."""
+    policy = Policy(tick=5, grace_period=60, restart_overhead=600)
+    started = DAY
+    victim = running("p-job", "p", gpus_of("hgx-00-h01", 8), start_time=started,
+                     min_runtime=HOUR, preemptions=1, last_checkpoint=started + 600 + HOUR)
+    small = pending("q-small", "q", 8, min_runtime=HOUR)
+    snap = snapshot(topology(hgx("hgx-00")), SHIELD_ORG, running_jobs=[victim], pending_jobs=[small])
+    # Shielded 2 h of progress: from started + 600 s to started + 2 h 10 min (not started + 2 h).
+    assert schedule(snap, now=started + 2 * HOUR + 1, policy=policy).preemptions == ()
+    after = schedule(snap, now=started + 2 * HOUR + 600 + 1, policy=policy)
+    assert [(p.job_id, p.preemptor) for p in after.preemptions] == [("p-job", "q-small")]
+    # A job's own restart overhead counts, and a first run (no restart) is shielded from its start.
+    own = replace(victim, restart_overhead=60)
+    assert [p.job_id for p in schedule(snapshot(topology(hgx("hgx-00")), SHIELD_ORG, running_jobs=[own],
+                                                pending_jobs=[small]), now=started + 2 * HOUR + 61,
+                                       policy=policy).preemptions] == ["p-job"]
+    first = replace(victim, preemptions=0)
+    assert [p.job_id for p in schedule(snapshot(topology(hgx("hgx-00")), SHIELD_ORG, running_jobs=[first],
+                                                pending_jobs=[small]), now=started + HOUR + 1,
+                                       policy=policy).preemptions] == ["p-job"]
+    assert shielded_until(victim, policy) == started + 2 * HOUR + 600
