@@ -26,6 +26,7 @@ from budgets.models import Allocation, Membership, Unit
 from scheduler.choices import EventKind, JobState
 from scheduler.core.durations import format_duration
 from scheduler.core.measures import Held, measure
+from scheduler.core.model import shield
 from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, JobProcess
 from scheduler.racks import domain_views
 from scheduler.selectors import measures_input
@@ -199,6 +200,7 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
     gpu_pks = {f"{host}:{index}": (pk, host_pk) for pk, host, index, host_pk in Gpu.objects.filter(
         host__domain__cluster=cluster).values_list("pk", "host__name", "index", "host_id")}
     jobs, ends = [], []
+    policy = cluster.scheduling_policy()
     for job in plan:
         state, ended, exit_code, failure = _outcome(rng, job, now)
         ends.append((state, ended, exit_code, failure))
@@ -208,7 +210,9 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
             gpus=job.gpus, topology=job.topology, gpu_type="GB200" if job.topology == "domain" else "",
             min_runtime=job.min_runtime, resumable=job.resumable, state=state, submitted_at=job.submitted,
             started_at=job.start, run_started_at=job.start,
-            run_protected_until=job.start + timedelta(seconds=job.min_runtime) if job.min_runtime else None,
+            # A first run: shielded for its minimum runtime, as the tick's Start says (`core.model.shield`).
+            run_protected_until=job.start + timedelta(seconds=shield(job.min_runtime, 0, policy)) if job.min_runtime
+            else None,
             ended_at=ended, exit_code=exit_code, failure_reason=failure, simulated_duration=job.seconds,
             work_done=(ended - job.start).total_seconds() if ended else 0,
         ))
