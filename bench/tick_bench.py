@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/tick_bench.py [--runs N] [--seed S] [--sizes 1024,4096,16384] [--json]
 
+Issue 15's sizes, with how the time grows from each size to the next (the
+`× prev` column): `--sizes 1024,4096,16384,65536` (64k GPUs, 80k pending).
+
 For each cluster size it builds a seeded synthetic snapshot (bench/synthetic.py),
 lets it settle into the state a live cluster holds between ticks, and times
 `scheduler.core.schedule` and the FIFO first-fit baseline on that same
@@ -69,7 +72,8 @@ def measure(gpus: int, *, seed: int, runs: int) -> dict:
 COLUMNS = (
     ("GPUs", "gpus"), ("pending", "pending"), ("running", "running"), ("tick s", "tick_seconds"),
     ("starts", "starts"), ("preempt", "preemptions"), ("FIFO s", "fifo_seconds"), ("FIFO starts", "fifo_starts"),
-    ("× FIFO", "ratio_to_fifo"), ("cold tick s", "cold_tick_seconds"), ("cold preempt", "cold_preemptions"),
+    ("× FIFO", "ratio_to_fifo"), ("× prev", "growth"), ("cold tick s", "cold_tick_seconds"),
+    ("cold preempt", "cold_preemptions"),
 )
 
 
@@ -82,7 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     rows = []
     for size in args.sizes.split(","):
-        rows.append(measure(int(size), seed=args.seed, runs=args.runs))
+        row = measure(int(size), seed=args.seed, runs=args.runs)
+        # How the tick grows with the cluster: its time over the previous (smaller) size's.
+        row["growth"] = round(row["tick_seconds"] / rows[-1]["tick_seconds"], 1) if rows and rows[-1]["tick_seconds"] \
+            else None
+        rows.append(row)
         gc.collect()
     if args.json:
         print(json.dumps({"target_seconds_at_16k": TARGET_SECONDS, "runs": args.runs, "results": rows}, indent=2))
