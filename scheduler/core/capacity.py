@@ -251,6 +251,9 @@ class Capacity:
         self.run_memo: dict[str, tuple[list, object]] = {}
         # GPUs in MIG mode (healthy ones), by GPU id.
         self.mig: dict[str, MigState] = {}
+        # What a tick derives from pending jobs, the policy and this capacity's shape alone (not from what is
+        # free), handed on to the next tick on the same capacity (engine.Cycle `_carried`).
+        self.carried: dict | None = None
         mig_layouts: dict[str, tuple[tuple[str, int], ...]] = {}
         for host in sorted(topology.hosts, key=attrgetter("name")):
             in_mig = {m.gpu: m.instances for m in host.mig if m.gpu in host.gpus} if host.mig else {}

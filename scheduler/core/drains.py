@@ -18,6 +18,7 @@ from .model import (
     DRAINED,
     DRAINING,
     PREEMPTING,
+    UP,
     HostChange,
     JobLeave,
     Policy,
@@ -35,10 +36,11 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
     """Preemptions for down hosts, maximum runtimes and drains; when every leaving job is gone."""
     preemptions: list[Preemption] = []
     leave_at: dict[str, float] = {}
-    # With every host up, no job is on a down or draining host: its hosts are not looked at.
-    any_not_up = capacity.any_host_not_up
+    # Only jobs on a host that is not up (down, draining, ...) have their hosts looked at.
+    not_up = {job.id for host in capacity.hosts.values() if host.state != UP for job in host.jobs} \
+        if capacity.any_host_not_up else set()
     for job in in_seq_order(running):
-        hosts = [host for host, _ in capacity.held[job.id]] if any_not_up else []
+        hosts = [host for host, _ in capacity.held[job.id]] if job.id in not_up else None
         down = next((h.name for h in hosts if h.state == DOWN), None) if hosts else None
         if down is not None:
             preemptions.append(Preemption.of(
@@ -49,16 +51,19 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
         if job.state == PREEMPTING:
             leave_at[job.id] = now if job.grace_ends is None else max(now, job.grace_ends)
             continue
-        grace = grace_for(job, policy)
         if job.max_runtime is not None and now >= job.start_time + job.max_runtime:
+            grace = grace_for(job, policy)
             preemptions.append(Preemption.of(
                 job, StopCause(Cause.MAX_RUNTIME), f"reached its maximum runtime of {format_duration(job.max_runtime)}",
                 grace=grace))
             leave_at[job.id] = now + grace
             continue
-        draining = next((h.name for h in hosts if h.state in (DRAINING, DRAINED)), None) if hosts else None
+        if not hosts:
+            continue
+        draining = next((h.name for h in hosts if h.state in (DRAINING, DRAINED)), None)
         if draining is None:
             continue
+        grace = grace_for(job, policy)
         if not job.allocated:
             why = "unallocated jobs leave at once"
         elif now >= protected_until(job, policy):

@@ -117,9 +117,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
     # 1. Working capacity (the claims held as of now), the org tree and usage over the window (rule 1).
     capacity.apply_claims(tuple(state.claimants.values()), tuple(state.stopping.values()), now)
     capacity.prepare_tick(running, state.pending.values(), state.mig_demand())
-    units = state.units_at(now)
-    tree = UnitTree(units, state.projects(), healthy_gpus=capacity.healthy_gpus, window=policy.window)
-    tree.add_window_usage(units, ordered, now=now, window=policy.window)
+    tree = state.usage_tree(now, policy.window)
     unit_ratios = tree.ratios()
 
     # 2. Jobs that leave whatever waits: down hosts, maximum runtimes, drains (rule 7).
@@ -143,6 +141,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
         # The tick's working marks go; what it decided stays (a kept state commits it below).
         cycle.release_reservations()
         capacity.clear_claims()
+        cycle.carry()
 
     decisions = Decisions(
         starts=tuple(cycle.starts),

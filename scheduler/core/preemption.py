@@ -67,7 +67,8 @@ class Candidate:
     shielded: bool = False
 
     @classmethod
-    def of(cls, job: RunningJob, capacity: Capacity, now: float, policy: Policy | None = None) -> Candidate:
+    def of(cls, job: RunningJob, capacity: Capacity, now: float, policy: Policy | None = None,
+           cost: bool = True) -> Candidate:
         def derive(job: RunningJob) -> tuple[tuple[tuple[HostState, Release], ...], dict[str, int]]:
             releases = capacity.releases(job)
             shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
@@ -77,18 +78,22 @@ class Candidate:
 
         # What it frees is kept per run (`Capacity.memo`); nobody changes `parts` or `milli`.
         parts, milli = capacity.memo(job, derive)
+        if not cost:
+            return cls(job, parts, milli)
         return cls(job, parts, milli, lost_work(job, now) if policy is None else preemption_cost(job, now, policy))
 
 
 @dataclass(eq=False)
 class Block:
-    """The candidates of one project, allocated or not, in preference order."""
+    """The candidates of one project, allocated or not, in preference order once `ordered`."""
 
     unit: UnitNode
     allocated: bool
     candidates: list[Candidate] = field(default_factory=list)
     # Candidates not yet taken.
     live: int = 0
+    # Are the candidates in preference order yet? (A block is ordered when a search first walks it.)
+    ordered: bool = False
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,8 @@ class Victims:
     def __init__(self, running: tuple[RunningJob, ...], tree: UnitTree, capacity: Capacity,
                  leaving: set[str], now: float, policy: Policy):
         self.capacity = capacity
+        self.now = now
+        self.policy = policy
         blocks: dict[tuple[bool, str], Block] = {}
         start_ratio = {name: node.ratio for name, node in tree.nodes.items()}
         for job in in_seq_order(running):
@@ -160,21 +167,19 @@ class Victims:
             # A MIG instance frees no whole GPU and no fraction; MIG jobs don't preempt either.
             if job.mig_profile:
                 continue
-            if job.allocated and now < protected_until(job, policy):
+            allocated = job.min_runtime > 0
+            if allocated and now < protected_until(job, policy):
                 continue
-            candidate = Candidate.of(job, capacity, now, policy)
+            # What a preemption would cost is reckoned when a search first walks the block (`_order`).
+            candidate = Candidate.of(job, capacity, now, policy, cost=False)
             if not candidate.parts:
                 continue
-            candidate.shielded = job.allocated and now < shielded_until(job, policy)
-            unit = tree.nodes[job.project]
-            block = blocks.get((job.allocated, unit.name))
+            candidate.shielded = allocated and now < shielded_until(job, policy)
+            block = blocks.get((allocated, job.project))
             if block is None:
-                block = blocks[(job.allocated, unit.name)] = Block(unit, job.allocated)
+                block = blocks[(allocated, job.project)] = Block(tree.nodes[job.project], allocated)
             block.candidates.append(candidate)
             block.live += 1
-        for block in blocks.values():
-            block.candidates.sort(key=lambda c: (not c.job.resumable, c.lost_work,
-                                                 len(c.job.gpu_ids), c.job.seq, c.job.id))
 
         def block_order(block: Block) -> tuple:
             if block.allocated:
@@ -191,6 +196,15 @@ class Victims:
         self._eligible: dict[tuple[str, float], tuple[int, list, frozenset[int]]] = {}
         # Outlooks by the set of blocks they cover (gainers alike share one).
         self._outlooks: dict[frozenset[int], _Outlook] = {}
+
+    def _order(self, block: Block) -> None:
+        """Put a block's candidates in preference order (see the module docstring)."""
+        now, policy = self.now, self.policy
+        for candidate in block.candidates:
+            candidate.lost_work = preemption_cost(candidate.job, now, policy)
+        block.candidates.sort(key=lambda c: (not c.job.resumable, c.lost_work,
+                                             len(c.job.gpu_ids), c.job.seq, c.job.id))
+        block.ordered = True
 
     def ratios_changed(self) -> None:
         self._ratios_version += 1
@@ -232,6 +246,8 @@ class Victims:
         for block, sides in eligible:
             if not block.live:
                 continue
+            if not block.ordered:
+                self._order(block)
             for candidate in block.candidates:
                 if (candidate.taken or candidate.shielded and not whole_domain
                         or bounded and not outlook.could_fit(candidate, req, search.pools)):

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import math
 
-from .fairshare import UnitTree, gpu_amount, sides_at_common_ancestor
+from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import DRAINING, RUNNING, Decisions, Policy, backed_off_until, protected_until, shielded_until
 from .placement import JobRequest, lanes, needs_whole_domain
 from .state import ClusterState
@@ -149,11 +149,9 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
     Rule 4b (`may_take_from`): a waiting unit may take from a unit holding jobs past their protection once,
     after charging its job, it is less served than that unit.
     """
-    units = state.units_at(now)
-    capacity = state.capacity
-    tree = UnitTree(units, state.projects(), healthy_gpus=capacity.healthy_gpus, window=policy.window)
+    # The tick at `now` summed the same usage: it is reused, not summed again (`ClusterState.usage_tree`).
+    tree = state.usage_tree(now, policy.window)
     running = state.running_in_order()
-    tree.add_window_usage(units, running, now=now, window=policy.window)
     # How fast each unit's usage grows now: its running allocated jobs' GPUs, less what slides out.
     rate = dict.fromkeys(tree.nodes, 0.0)
     edge = now - policy.window

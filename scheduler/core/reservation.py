@@ -50,11 +50,20 @@ class LeaveTimes:
 
     def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False) -> Callable[[RunningJob], float]:
         """Leave times for a job of `gainer` charged `charge`; one that needs a whole NVLink domain may take jobs
-        once their protection ends, any other job once their shield does (`model.shield`)."""
+        once their protection ends, any other job once their shield does (`model.shield`). For one search: the
+        times are kept, so nothing they depend on may change while it is used."""
         may: dict[str, bool] = {}
         until = protected_until if whole_domain else shielded_until
+        # Each job's, once per search (the sweeps of one `earliest_start` meet a job on each of its hosts).
+        known: dict[str, float] = {}
 
         def leave_time(job: RunningJob) -> float:
+            when = known.get(job.id)
+            if when is None:
+                when = known[job.id] = _leave_time(job)
+            return when
+
+        def _leave_time(job: RunningJob) -> float:
             if job.id in self.leaving:
                 return self.leaving[job.id]
             if job.state == PREEMPTING:
@@ -75,20 +84,28 @@ class LeaveTimes:
 
 
 def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_time: Callable[[RunningJob], float],
-           fits: Callable[[dict[str, Release]], bool], until: float) -> float:
-    """Earliest time, up to `until`, at which `fits(extra)` holds as the hosts' jobs leave (inf: none)."""
+           fits: Callable[[dict[str, Release]], bool], until: float, free: int | None = None) -> float:
+    """Earliest time, up to `until`, at which `fits(extra)` holds as the hosts' jobs leave (inf: none).
+
+    `free`: the hosts' free GPUs, when the caller knows them (its groups' counts); a job with no claim has no
+    earmarked GPU to add.
+    """
     names = {h.name for h in hosts}
-    available = sum(len(h.free) + len(h.earmarked.get(req.job_id, ())) for h in hosts)
+    if free is None or req.earmarked:
+        available = sum(len(h.free) + len(h.earmarked.get(req.job_id, ())) for h in hosts)
+    else:
+        available = free
     extra: dict[str, Release] = {}
     if available >= req.gpus and fits(extra):
         return -math.inf
-    # Jobs leaving after `until` are never reached: they are not sorted either.
+    # Jobs leaving after `until` are never reached: they are not sorted either. Nor are jobs that never leave
+    # (inf): reaching one could only give inf, what the sweep returns when it reaches none.
     events: dict[str, tuple[float, RunningJob] | None] = {}
     for host in hosts:
         for job in host.jobs:
             if job.id not in events:
                 when = leave_time(job)
-                events[job.id] = (when, job) if when <= until else None
+                events[job.id] = (when, job) if when <= until and when < math.inf else None
     for when, job in sorted(filter(None, events.values()), key=lambda e: (e[0], e[1].seq, e[1].id)):
         for name, release in capacity.releases(job).items():
             if name in names:
@@ -139,7 +156,7 @@ def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[Ru
                         plan[:] = found
                     return found is not None
 
-                when = _sweep(group.hosts, req, capacity, leave_time, fits, until())
+                when = _sweep(group.hosts, req, capacity, leave_time, fits, until(), group.free)
                 consider(when, group.domain, group.domain, [h.name for h, _ in plan])
             if not fitting and req.topology != DOMAIN:
                 plan = []
@@ -151,7 +168,7 @@ def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[Ru
                     return found is not None
 
                 hosts = [h for g in groups for h in g.hosts]
-                when = _sweep(hosts, req, capacity, leave_time, fits_across, until())
+                when = _sweep(hosts, req, capacity, leave_time, fits_across, until(), sum(g.free for g in groups))
                 domains = {capacity.hosts[h.name].domain for h, _ in plan}
                 consider(when, pool.gpu_type, domains.pop() if len(domains) == 1 else "", [h.name for h, _ in plan])
     if best is None:

@@ -67,11 +67,23 @@ class BoundedSearch:
     """
 
     def _start_search(self) -> None:
+        # What depends only on a job, the policy and the capacity's shape, from the last tick on this capacity
+        # (a kept state's): a job's request and whether it needs a whole domain (kept while the job is the same
+        # object), the classes of jobs by what they ask, and which of them no healthy capacity could hold.
+        capacity, policy = self.capacity, self.policy
+        carried = capacity.carried if capacity.carried is not None and capacity.carried["policy"] is policy \
+            else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}}
+        capacity.carried = carried
+        self._carried_jobs: dict[str, tuple[PendingJob, JobRequest, bool | None]] = carried["jobs"]
+        # This tick's: job id -> (job, its request, whole domain or None), handed on at the end (`carry`).
+        self._jobs_seen: dict[str, list] = {}
         self._requests: dict[str, JobRequest] = {}
         self._whole: dict[str, bool] = {}
         self._keys: dict[str, tuple[tuple, tuple, tuple]] = {}
-        self._key_objects: dict[tuple, tuple] = {}
-        self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = {}
+        self._key_objects: dict[tuple, tuple] = carried["key_objects"]
+        self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = carried["classes"]
+        # (GPUs, kind) -> why no healthy capacity could ever hold such a job ("" if some could).
+        self._never_facts: dict[tuple, str] = carried["never"]
         self._waiting_alike: dict[tuple, Wait] = {}
         # What jobs alike are known to wait for (see `_known_to_wait`); cleared by a new reservation.
         self._verdicts: dict[tuple, Wait] = {}
@@ -93,14 +105,28 @@ class BoundedSearch:
         """
         known = self._whole.get(job.id)
         if known is None:
-            known = self._whole[job.id] = needs_whole_domain(self._request(job), self.capacity)
+            req = self._request(job)
+            carried = self._carried_jobs.get(job.id)
+            if carried is not None and carried[0] is job and carried[2] is not None:
+                known = carried[2]
+            else:
+                known = needs_whole_domain(req, self.capacity)
+            self._whole[job.id] = known
+            self._jobs_seen[job.id][2] = known
         return known
 
     def _request(self, job: PendingJob) -> JobRequest:
         req = self._requests.get(job.id)
         if req is None:
-            req = self._requests[job.id] = JobRequest.of(job, self.policy)
+            carried = self._carried_jobs.get(job.id)
+            req = carried[1] if carried is not None and carried[0] is job else JobRequest.of(job, self.policy)
+            self._requests[job.id] = req
+            self._jobs_seen[job.id] = [job, req, None]
         return req
+
+    def carry(self) -> None:
+        """Hand the requests of the jobs this tick looked at on to the next tick on this capacity."""
+        self.capacity.carried["jobs"] = {job_id: tuple(seen) for job_id, seen in self._jobs_seen.items()}
 
     def _host_filter(self, req: JobRequest) -> HostFilter:
         """Rule 5: allocated jobs protected beyond a reservation may not start on its hosts."""
@@ -247,7 +273,9 @@ class BoundedSearch:
         key = (job.gpus, self._kind(job))
         wait = self._never_waits.get(key, False)
         if wait is False:
-            fact = _never_fits(self._request(job), self.capacity)
+            fact = self._never_facts.get(key)
+            if fact is None:
+                fact = self._never_facts[key] = _never_fits(self._request(job), self.capacity)
             wait = self._never_waits[key] = Wait(NEVER, fact) if fact else None
         return wait
 

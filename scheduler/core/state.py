@@ -35,7 +35,7 @@ from collections import Counter
 from dataclasses import replace
 
 from .capacity import Capacity
-from .fairshare import gpu_amount
+from .fairshare import UnitTree, gpu_amount
 from .lifecycle import Cause
 from .model import (
     PREEMPTING,
@@ -63,6 +63,11 @@ def running_from(job: PendingJob, start: Start, now: float) -> RunningJob:
         mig_profile=start.mig_profile, mig_start=start.mig_start, preemptions=job.preemptions,
         restart_overhead=job.restart_overhead,
     )
+
+
+def _usage_fields(job: RunningJob) -> tuple:
+    """What a running job's part of the window usage depends on (`UnitTree.add_window_usage`)."""
+    return (job.project, job.seq, job.start_time, len(job.gpu_ids), job.gpu_milli, job.min_runtime > 0)
 
 
 def _order(job: PendingJob) -> tuple:
@@ -101,6 +106,11 @@ class ClusterState:
         self._projects: Counter[str] = Counter()
         # Project -> what starting each of its pending allocated jobs would charge it (rule 2), counted.
         self._charges: dict[str, Counter[float]] = {}
+        # The org tree's usage over the window as `usage_tree` last summed it: (version, now, window,
+        # {unit: (allocated, unallocated usage)}). The version moves with every change that could alter that
+        # sum at that moment (`_usage_changed`), so a tick and the `quiet_until` after it sum it once.
+        self._usage_version = 0
+        self._usage_seen: tuple | None = None
         for job in sorted(running, key=lambda j: (j.seq, j.id)):
             self._add_running(job)
         self.capacity = Capacity(topology, self.running_in_order(), (), 0.0)
@@ -130,8 +140,35 @@ class ClusterState:
             for unit in self.units
         )
 
+    def usage_tree(self, now: float, window: float) -> UnitTree:
+        """The org tree with its usage over the window at `now` (rule 1), before any tick's charges.
+
+        Summed once per moment: asked again at the same `now` with nothing changed that the sum depends on
+        (a tick and the `quiet_until` after it), the sums are copied from the first time, bit for bit.
+        """
+        tree = UnitTree(self.units, self.projects(), healthy_gpus=self.capacity.healthy_gpus, window=window)
+        seen = self._usage_seen
+        if (seen is not None and seen[0] == self._usage_version and seen[1] == now and seen[2] == window
+                and seen[3].keys() == tree.nodes.keys()):
+            if self.window is not None:
+                self.window.at(now)  # as `units_at` would (the slopes `quiet_until` reads are as of `now`)
+            for name, (usage, unallocated) in seen[3].items():
+                node = tree.nodes[name]
+                node.usage = usage
+                node.unallocated_usage = unallocated
+            return tree
+        units = self.units_at(now)
+        tree.add_window_usage(units, self.running_in_order(), now=now, window=window)
+        self._usage_seen = (self._usage_version, now, window,
+                            {name: (node.usage, node.unallocated_usage) for name, node in tree.nodes.items()})
+        return tree
+
+    def _usage_changed(self) -> None:
+        self._usage_version += 1
+
     def record_run(self, project: str, *, allocated: bool, gpus: float, start: float, end: float) -> None:
         """A run ended: its GPU time counts in its project's usage until it slides out of the window."""
+        self._usage_changed()
         if self.window is not None:
             self.window.add(project, allocated, gpus, start, end)
 
@@ -229,6 +266,8 @@ class ClusterState:
     def update_running(self, job: RunningJob) -> None:
         """The same run with other facts: a checkpoint, its grace period (it holds the same GPUs)."""
         old = self.running.get(job.id)
+        if old is None or _usage_fields(old) != _usage_fields(job):
+            self._usage_changed()
         if old is None or old.seq != job.seq:
             keys = self._running_keys
             if old is not None:
@@ -247,6 +286,7 @@ class ClusterState:
         job = self.running.pop(job_id, None)
         if job is None:
             return None
+        self._usage_changed()
         keys = self._running_keys
         del keys[bisect_left(keys, (job.seq, job.id))]
         self._in_order = None
@@ -258,6 +298,7 @@ class ClusterState:
     def set_topology(self, topology: Topology) -> None:
         """Hosts changed state or health: the capacity is built again (rare; O(GPUs))."""
         self.topology = topology
+        self._usage_changed()
         self.capacity = Capacity(topology, self.running_in_order(), (), 0.0)
 
     def set_host_state(self, name: str, state: str) -> None:
@@ -266,6 +307,7 @@ class ClusterState:
 
     def set_units(self, units: tuple[Unit, ...]) -> None:
         """Shares or ended usage changed (the window slides, a run ended, a budget was approved)."""
+        self._usage_changed()
         self.units = tuple(units)
 
     # ------------------------------------------------------------ bookkeeping
@@ -315,6 +357,9 @@ class ClusterState:
         self._count_project(job.project, -1)
 
     def _add_running(self, job: RunningJob) -> None:
+        # A run starting at or after the moment last summed adds nothing to that sum (a tick's own starts).
+        if self._usage_seen is None or job.start_time < self._usage_seen[1]:
+            self._usage_changed()
         self.running[job.id] = job
         insort(self._running_keys, (job.seq, job.id))
         self._in_order = None
