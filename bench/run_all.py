@@ -2,8 +2,9 @@
 
     .venv/bin/python bench/run_all.py [--quick] [--only NAME ...]
 
-1. tick: bench/tick_bench.py, the core's decision at 1k, 4k and 16k GPUs.
-2. live tick: bench/live_tick.py, the whole tick (snapshot, decide, apply) on a database.
+1. tick: bench/tick_bench.py, the core's decision at 1k, 4k, 16k and 64k GPUs (16k with --quick).
+2. live tick: bench/live_tick.py, the whole tick (snapshot, decide, apply) on a database; and at 16k GPUs
+   on PostgreSQL when ALLOT_BENCH_DATABASE_URL names a database it may empty.
 3. openb: bench/openb_pack.py --all --quick, the FGD packing reproduction (reads the openb trace).
 4. nvl72: bench/nvl72_optimum.py, placement against the CP-SAT optimum on NVL72 racks.
 5. sim: bench/sim_table.py, the simulator's evaluation table (workloads × policies).
@@ -23,6 +24,7 @@ back to SQLite) and start a Redis of their own when `redis-server` is installed.
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -35,9 +37,14 @@ def sections(quick: bool) -> list[tuple[str, str, list[str]]]:
     """(name, title, arguments after the interpreter)."""
     return [
         ("static", "chart page size (compressed)", ["bench/static_size.py"]),
-        ("tick", "tick (core decision)", ["bench/tick_bench.py", *(["--runs", "2"] if quick else [])]),
+        ("tick", "tick (core decision)",
+         ["bench/tick_bench.py", *(["--runs", "2"] if quick else ["--sizes", "1024,4096,16384,65536", "--runs", "3"])]),
         ("live-tick", "live tick (database)",
          ["bench/live_tick.py", *(["--jobs", "1000", "--ticks", "3", "--settle", "2"] if quick else [])]),
+        *([("live-tick-16k", "live tick at 16k GPUs (PostgreSQL)",
+            ["bench/live_tick.py", "--database-url", os.environ["ALLOT_BENCH_DATABASE_URL"], "--racks", "228",
+             "--jobs", "12000", "--ticks", "5", "--settle", "3"])]
+          if os.environ.get("ALLOT_BENCH_DATABASE_URL") and not quick else []),
         ("openb", "openb packing (FGD)", ["bench/openb_pack.py", "--all", "--quick"]),
         ("nvl72", "NVL72 placement vs optimum",
          ["bench/nvl72_optimum.py", *(["--instances", "4", "--time-limit", "5"] if quick else [])]),
