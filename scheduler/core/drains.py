@@ -43,9 +43,9 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
         hosts = [host for host, _ in capacity.held[job.id]] if job.id in not_up else None
         down = next((h.name for h in hosts if h.state == DOWN), None) if hosts else None
         if down is not None:
+            cause = StopCause(Cause.DOWN, down)
             preemptions.append(Preemption.of(
-                job, StopCause(Cause.DOWN, down), f"host {down} is down: the job is lost; {requeue_note(job)}",
-                grace=0))
+                job, cause, f"host {down} is down: the job is lost; {requeue_note(job, cause)}", grace=0))
             leave_at[job.id] = now
             continue
         if job.state == PREEMPTING:
@@ -71,9 +71,9 @@ def jobs_leaving(running: tuple[RunningJob, ...], capacity: Capacity, *, now: fl
                    f"its protection of {format_duration(protected_until(job, policy) - job.start_time)} is over")
         else:
             continue
+        cause = StopCause(Cause.DRAIN, draining)
         preemptions.append(Preemption.of(
-            job, StopCause(Cause.DRAIN, draining), f"host {draining} is draining; {why}; {requeue_note(job)}",
-            grace=grace))
+            job, cause, f"host {draining} is draining; {why}; {requeue_note(job, cause)}", grace=grace))
         leave_at[job.id] = now + grace
     return preemptions, leave_at
 

@@ -111,6 +111,11 @@ class EndOfRun:
         return self.state is EndState.PENDING
 
 
+def end_of_stop(cause: StopCause, resumable: bool) -> EndOfRun:
+    """What becomes of a run the scheduler stops for `cause`: stopped, or lost with its host for `down`."""
+    return end_of_run(Outcome.LOST if cause.kind is Cause.DOWN else Outcome.STOPPED, cause, resumable)
+
+
 def end_of_run(outcome: Outcome, cause: StopCause | None, resumable: bool,
                exit_code: int | None = None) -> EndOfRun:
     """What becomes of a job whose run ended with `outcome` while `cause` (if any) was stopping it.

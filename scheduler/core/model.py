@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .lifecycle import Cause, Outcome, StopCause, end_of_run
+from .lifecycle import StopCause, end_of_stop
 from .mig import profile_milli
 
 # Host states, as in topology.Host.
@@ -419,8 +419,7 @@ class Preemption:
     def of(cls, job: RunningJob, cause: StopCause, reason: str, *, grace: float,
            preemptor: str | None = None) -> Preemption:
         """Stop `job` for `cause`; it requeues if its run, stopped (or lost, for `down`), would."""
-        outcome = Outcome.LOST if cause.kind is Cause.DOWN else Outcome.STOPPED
-        requeue = end_of_run(outcome, cause, job.resumable).requeue
+        requeue = end_of_stop(cause, job.resumable).requeue
         return cls(job.id, str(cause), reason, grace=grace, requeue=requeue, preemptor=preemptor)
 
 

@@ -7,6 +7,7 @@ import math
 from . import model
 from .durations import format_duration
 from .fairshare import UnitNode
+from .lifecycle import EndState, StopCause, end_of_stop
 from .model import DOMAIN, WHOLE_GPU_MILLI, PendingJob, QueueStep, RunningJob
 
 
@@ -83,8 +84,12 @@ def preempted_for_job(preemptor: PendingJob, victim: RunningJob, sides: tuple[Un
             f"{format_percent(loser_side.ratio)} for your unit {loser_side.name}")
 
 
-def requeue_note(job: RunningJob) -> str:
-    return "requeued with its original submit time" if job.resumable else "stopped (not resumable)"
+def requeue_note(job: RunningJob, cause: StopCause) -> str:
+    """What the stop makes of the job, as the end-of-run table says (`lifecycle.end_of_stop`)."""
+    end = end_of_stop(cause, job.resumable)
+    if end.requeue:
+        return "requeued with its original submit time"
+    return "not resumable: it fails" if end.state is EndState.FAILED else "stopped (not resumable)"
 
 
 def no_allocation(project: str) -> str:

@@ -22,7 +22,8 @@ def down_host() -> Case:
         "a host that is down loses its jobs at once", snapshot(topo, units(("p", None, 100)), running_jobs=held),
         NOW, starts={},
         preempted={"lost-resumable": ("down:hgx-00-h01", True, 0), "lost-stopped": ("down:hgx-00-h01", False, 0)},
-        facts={"lost-stopped": ("host hgx-00-h01 is down", "stopped (not resumable)")},
+        facts={"lost-stopped": ("host hgx-00-h01 is down", "not resumable: it fails"),
+               "lost-resumable": ("requeued with its original submit time",)},
     )
 
 
