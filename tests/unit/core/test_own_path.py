@@ -9,29 +9,15 @@ than B: the job may take B's rack. Other jobs are not concerned: they can be giv
 
 from __future__ import annotations
 
-from scheduler.core import Policy, schedule
+from scheduler.core import schedule
 
-from .builders import HOUR, gpus_of, hgx, nvl72, pending, running, snapshot, topology, units
+from .builders import HOUR, hgx, nvl72, pending, snapshot, topology, units
 
-POLICY = Policy(tick=5, grace_period=60, unallocated_grace=10)
-NOW = 10 * 24 * HOUR
+# The two programs, the rack and b's jobs of the rule-4 guard's scenarios, with a1 further behind here.
+from .test_preemption_scope import CLUSTER, NOW, POLICY, a1_big, b_hgx, b_rack
+
 # 88 healthy GPUs over 7 days: A and B are entitled to 7,392 GPU-hours each, a1 and a2 to 3,696.
 ORG = units(("A", None, 50), ("a1", "A", 50, 1000), ("a2", "A", 50, 3000), ("B", None, 50), ("b", "B", 100, 3924))
-CLUSTER = topology(nvl72("nvl72-01"), hgx("hgx-01"), hgx("hgx-02"))
-RACK = tuple(f"nvl72-01-h{n:02d}:{i}" for n in range(1, 19) for i in range(4))
-STARTED = NOW - 2 * HOUR  # past their one-hour protection
-
-
-def b_rack():
-    return running("b-rack", "b", RACK, start_time=STARTED)
-
-
-def b_hgx(name: str, host: str):
-    return running(name, "b", gpus_of(host, 8), start_time=STARTED)
-
-
-def a1_big():
-    return pending("a1-big", "a1", 72, min_runtime=4 * HOUR, topology="domain", gpus_per_host=4, submit_time=0)
 
 
 def test_a_whole_rack_job_takes_the_rack_when_its_own_project_is_behind() -> None:
