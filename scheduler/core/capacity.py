@@ -252,7 +252,7 @@ class Capacity:
         # GPUs in MIG mode (healthy ones), by GPU id.
         self.mig: dict[str, MigState] = {}
         # What a tick derives from pending jobs, the policy and this capacity's shape alone (not from what is
-        # free), handed on to the next tick on the same capacity (engine.Cycle `_carried`).
+        # free), handed on to the next tick on the same capacity (search.BoundedSearch `_start_search`).
         self.carried: dict | None = None
         mig_layouts: dict[str, tuple[tuple[str, int], ...]] = {}
         for host in sorted(topology.hosts, key=attrgetter("name")):

@@ -188,7 +188,7 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
                 return turns
         return segment_end
 
-    large = _large_charges(state, policy)
+    large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
     for gainer, charges in sorted(state.pending_charges().items()):
         for loser in sorted(losers):
             sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[loser])
@@ -198,6 +198,8 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
             if gainer_side.entitled <= 0 or loser_side.entitled <= 0:
                 continue
             soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged, now, crossing))
+            if large is None:
+                large = _large_charges(state, policy)
             # Rule 4b's second clause (`may_take_on_own_path`): a job that needs a whole NVLink domain may take
             # from the loser once a unit on its own path below its side is less served than the loser's side.
             for node in tree.nodes[gainer].path[len(gainer_side.path):] if gainer in large else ():
