@@ -48,6 +48,10 @@ class Epoch(Func):
 
     output_field = FloatField()
 
+    @property
+    def convert_value(self):
+        return self._convert_value_noop  # a float (or NULL) already: no converter called per row
+
     def as_postgresql(self, compiler, connection, **extra):
         return self.as_sql(compiler, connection, template="EXTRACT(EPOCH FROM %(expressions)s)::double precision",
                            **extra)
@@ -240,7 +244,9 @@ def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
         for pk, name, parent_id in sorted(units, key=lambda row: row[1])
     )
 
-    running = _running_jobs(Job.objects.filter(cluster=cluster), GpuAssignment.objects.filter(job__cluster=cluster),
+    # Only live jobs' assignments: the cluster's finished jobs (its whole history) are not joined every tick.
+    running = _running_jobs(Job.objects.filter(cluster=cluster),
+                            GpuAssignment.objects.filter(job__cluster=cluster, job__state__in=LIVE_STATES),
                             gpu_names, now=now)
     pending, pending_fields, earmarks = _pending_jobs(Job.objects.filter(cluster=cluster, state=JobState.PENDING),
                                                       unit_names, cluster_pk=cluster.pk)
