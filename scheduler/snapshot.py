@@ -57,11 +57,13 @@ class Epoch(Func):
                            **extra)
 
     def as_sqlite(self, compiler, connection, **extra):
-        # Django keeps a moment as UTC text, 'YYYY-MM-DD HH:MM:SS[.ffffff]': whole seconds from julianday (exact
-        # once rounded), the microseconds from the text, one division.
+        # SQLite keeps a moment of a column as UTC text, 'YYYY-MM-DD HH:MM:SS[.ffffff]' (the ORM) or with '+00:00'
+        # after it (the tick's raw writes): whole seconds from julianday (exact once rounded), the microseconds
+        # from the text, one division.
         return self.as_sql(compiler, connection, template=(
             "((CAST(round((julianday(substr(%(expressions)s, 1, 19)) - 2440587.5) * 86400) AS INTEGER) * 1000000"
-            " + CAST(substr(%(expressions)s || '.000000', 21, 6) AS INTEGER)) / 1000000.0)"
+            " + CASE WHEN substr(%(expressions)s, 20, 1) = '.' THEN CAST(substr(%(expressions)s, 21, 6) AS INTEGER)"
+            " ELSE 0 END) / 1000000.0)"
         ), **extra)
 
 
