@@ -29,12 +29,13 @@ from scheduler.history import after_tick
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess, Tick
 from scheduler.notify import job_preempted, job_started
 from scheduler.services import job_end_run
-from scheduler.snapshot import TickInput, build_snapshot, moment
+from scheduler.snapshot import TickInput, build_snapshot, moment, seconds
 from topology.choices import Executor, HostState
 from topology.models import Cluster, Gpu, Host, HostEvent, MigInstance
 
 log = logging.getLogger(__name__)
 SCHEDULER = "system:scheduler"
+QUEUE_FIELDS_CHUNK = 5000  # pending jobs' rows per statement of `_write_queue_fields` on PostgreSQL
 
 
 @dataclass
@@ -283,19 +284,37 @@ def _hosts_label(gpu_ids) -> str:
 
 
 def _write_queue_fields(tick_input: TickInput, decisions: core.Decisions) -> None:
-    """Store position, reason and estimate on pending jobs, writing only the rows that changed."""
+    """Store position, reason and estimate on pending jobs, writing only the rows that changed.
+
+    When usage moves, most of the queue's reasons change with it (ratios are in the text): on PostgreSQL the rows
+    go in one statement per 5,000 (arrays unnested), not a round trip each."""
     rows = []
+    stored = tick_input.pending_fields
     for job_id, status in decisions.pending.items():
         pk = int(job_id)
-        new = (status.position, status.reason[:1000], moment(status.estimated_start))
-        if tick_input.pending_fields.get(pk) != new:
-            rows.append((*new, pk))
+        estimate = moment(status.estimated_start)
+        reason = status.reason[:1000]
+        # As stored: the estimate to the microsecond, compared as `seconds` (what the snapshot read).
+        if stored.get(pk) != (status.position, reason, seconds(estimate)):
+            rows.append((pk, status.position, reason, estimate))
     if not rows:
         return
     table = Job._meta.db_table
     with connection.cursor() as cursor:
-        cursor.executemany(
-            f"UPDATE {table} SET queue_position = %s, pending_reason = %s, estimated_start = %s "
-            f"WHERE id = %s AND state = 'pending'",
-            rows,
-        )
+        if connection.vendor == "postgresql":
+            for chunk in range(0, len(rows), QUEUE_FIELDS_CHUNK):
+                ids, positions, reasons, estimates = zip(*rows[chunk:chunk + QUEUE_FIELDS_CHUNK], strict=True)
+                cursor.execute(
+                    f"UPDATE {table} SET queue_position = v.position, pending_reason = v.reason, "
+                    f"estimated_start = v.estimate "
+                    f"FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::timestamptz[]) "
+                    f"AS v(id, position, reason, estimate) WHERE {table}.id = v.id AND {table}.state = 'pending'",
+                    [list(ids), list(positions), list(reasons), list(estimates)],
+                )
+        else:
+            # SQLite is in-process: a statement per row costs no round trip.
+            cursor.executemany(
+                f"UPDATE {table} SET queue_position = %s, pending_reason = %s, estimated_start = %s "
+                f"WHERE id = %s AND state = 'pending'",
+                [(position, reason, estimate, pk) for pk, position, reason, estimate in rows],
+            )
