@@ -123,7 +123,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
     # 2. Jobs that leave whatever waits: down hosts, maximum runtimes, drains (rule 7).
     forced, leave_at = jobs_leaving(ordered, capacity, now=now, policy=policy)
     cycle = Cycle(ordered, state.claimants, state.recent_defrag_migrations(now), capacity, tree, leave_at, now,
-                  policy, earmark_drops)
+                  policy, earmark_drops, state.run_ends(policy))
     try:
         # 3. Allocated jobs in fair-share order: start, preempt, reserve, defragment (rules 2-5).
         cycle.allocated_jobs(state.queues[True])
@@ -170,14 +170,15 @@ class Cycle(BoundedSearch, Explanation):
 
     def __init__(self, running: tuple[RunningJob, ...], claimants: dict[str, PendingJob],
                  recent_defrag_migrations: tuple[float, ...], capacity: Capacity, tree: UnitTree,
-                 leave_at: dict[str, float], now: float, policy: Policy, earmark_drops: list[EarmarkDrop] = ()):
+                 leave_at: dict[str, float], now: float, policy: Policy, earmark_drops: list[EarmarkDrop] = (),
+                 run_ends: dict | None = None):
         self.running = running
         self.capacity = capacity
         self.tree = tree
         self.leave_at = leave_at
         self.now = now
         self.policy = policy
-        self.victims = Victims(running, tree, capacity, set(leave_at), now, policy)
+        self.victims = Victims(running, tree, capacity, set(leave_at), now, policy, run_ends)
         self.leave_times = LeaveTimes(tree, leave_at, now, policy)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []

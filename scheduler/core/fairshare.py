@@ -105,10 +105,16 @@ class UnitTree:
         A unit's own `allocated_usage` counts jobs charged to it alone (the
         caller clips it to the window); descendants' usage is added here.
         """
-        for unit in units:
-            node = self.nodes[unit.name]
-            node.usage = unit.allocated_usage
-            node.unallocated_usage = unit.unallocated_usage
+        self.sum_window_usage([(unit.name, unit.allocated_usage, unit.unallocated_usage) for unit in units],
+                              running, now=now, window=window)
+
+    def sum_window_usage(self, own: list[tuple[str, float, float]], running: tuple[RunningJob, ...], *,
+                         now: float, window: float) -> None:
+        """`add_window_usage` from each unit's (name, allocated usage, unallocated usage)."""
+        for name, allocated_usage, unallocated_usage in own:
+            node = self.nodes[name]
+            node.usage = allocated_usage
+            node.unallocated_usage = unallocated_usage
         window_start = now - window
         for job in in_seq_order(running):
             seconds = now - max(job.start_time, window_start)

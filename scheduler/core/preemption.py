@@ -155,7 +155,9 @@ class Victims:
     """The running jobs rule 4 may preempt this tick, in preference order."""
 
     def __init__(self, running: tuple[RunningJob, ...], tree: UnitTree, capacity: Capacity,
-                 leaving: set[str], now: float, policy: Policy):
+                 leaving: set[str], now: float, policy: Policy, ends: dict | None = None):
+        # `ends`: job id -> (job, protected until, shielded until) as a kept state has them (`run_ends`).
+        ends = ends or {}
         self.capacity = capacity
         self.now = now
         self.policy = policy
@@ -168,13 +170,16 @@ class Victims:
             if job.mig_profile:
                 continue
             allocated = job.min_runtime > 0
-            if allocated and now < protected_until(job, policy):
+            known = ends.get(job.id) if allocated else None
+            if known is None or known[0] is not job:
+                known = (job, protected_until(job, policy), shielded_until(job, policy)) if allocated else None
+            if allocated and now < known[1]:
                 continue
             # What a preemption would cost is reckoned when a search first walks the block (`_order`).
             candidate = Candidate.of(job, capacity, now, policy, cost=False)
             if not candidate.parts:
                 continue
-            candidate.shielded = allocated and now < shielded_until(job, policy)
+            candidate.shielded = allocated and now < known[2]
             block = blocks.get((allocated, job.project))
             if block is None:
                 block = blocks[(allocated, job.project)] = Block(tree.nodes[job.project], allocated)
