@@ -143,23 +143,27 @@ def sides_at_common_ancestor(gainer: UnitNode, loser: UnitNode) -> tuple[UnitNod
     return None
 
 
-def may_take_from(gainer: UnitNode, loser: UnitNode, charge: float) -> tuple[UnitNode, UnitNode] | None:
+def may_take_from(gainer: UnitNode, loser: UnitNode, charge: float,
+                  sides: tuple[UnitNode, UnitNode] | None = None) -> tuple[UnitNode, UnitNode] | None:
     """Rule 4b: may a job of `gainer` preempt an allocated job of `loser`?
 
     Compared at their lowest common ancestor: the gainer's side, charged
     `charge` GPU-seconds for the new job, must stay strictly below the loser's
-    side. Returns the two sides when it may (for the reason), else None.
+    side. Returns the two sides when it may (for the reason), else None. `sides`: the two sides, if the caller
+    knows them already.
     """
-    sides = sides_at_common_ancestor(gainer, loser)
     if sides is None:
-        return None
+        sides = sides_at_common_ancestor(gainer, loser)
+        if sides is None:
+            return None
     gainer_side, loser_side = sides
     if gainer_side.ratio_with(charge) < loser_side.ratio:
         return sides
     return None
 
 
-def may_take_on_own_path(gainer: UnitNode, loser: UnitNode, charge: float) -> tuple[UnitNode, UnitNode] | None:
+def may_take_on_own_path(gainer: UnitNode, loser: UnitNode, charge: float,
+                         sides: tuple[UnitNode, UnitNode] | None = None) -> tuple[UnitNode, UnitNode] | None:
     """Rule 4b, second clause: may a job of `gainer` preempt an allocated job of `loser` although its side at
     their lowest common ancestor is not less served than the loser's?
 
@@ -168,11 +172,13 @@ def may_take_on_own_path(gainer: UnitNode, loser: UnitNode, charge: float) -> tu
     loser's side. Such a job can start only where a domain that large stands and can't be given what its
     siblings hold elsewhere, so a side kept level with the loser's by their use does not keep it out. Jobs
     the first clause opens come first as victims (`Victims`); the loser's side, less served then, may take
-    back as usual. Returns (that unit, the loser's side) for the reason, else None.
+    back as usual. Returns (that unit, the loser's side) for the reason, else None. `sides` as for
+    `may_take_from`.
     """
-    sides = sides_at_common_ancestor(gainer, loser)
     if sides is None:
-        return None
+        sides = sides_at_common_ancestor(gainer, loser)
+        if sides is None:
+            return None
     gainer_side, loser_side = sides
     limit = loser_side.ratio
     for node in gainer.path[len(gainer_side.path):]:

@@ -25,7 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
-from .fairshare import UnitNode, UnitTree, gpu_amount, may_take_from, may_take_on_own_path
+from .fairshare import (
+    UnitNode,
+    UnitTree,
+    gpu_amount,
+    may_take_from,
+    may_take_on_own_path,
+    sides_at_common_ancestor,
+)
 from .model import (
     DOMAIN,
     RUNNING,
@@ -199,6 +206,8 @@ class Victims:
         self._ratios_version = 0
         self._capacity_version = 0
         self._eligible: dict[tuple[str, float], tuple[int, list, frozenset[int]]] = {}
+        # Gainer -> id of each allocated block of another project -> the sides compared there (`_sides_of`).
+        self._sides: dict[str, dict[int, tuple[UnitNode, UnitNode]]] = {}
         # Outlooks by the set of blocks they cover (gainers alike share one).
         self._outlooks: dict[frozenset[int], _Outlook] = {}
 
@@ -280,6 +289,19 @@ class Victims:
     def _search(self, req: JobRequest, host_ok: HostFilter) -> _Search:
         return _Search(req, self.capacity, {p for lane in pools_for(req, self.capacity) for p in lane}, host_ok)
 
+    def _sides_of(self, gainer: UnitNode) -> dict[int, tuple[UnitNode, UnitNode]]:
+        """Id of each allocated block the gainer is compared with -> the two sides at their common ancestor
+        (none for its own project's); the tree's shape holds for the whole tick, so once per gainer."""
+        known = self._sides.get(gainer.name)
+        if known is None:
+            known = self._sides[gainer.name] = {}
+            for block in self.blocks:
+                if block.allocated:
+                    sides = sides_at_common_ancestor(gainer, block.unit)
+                    if sides is not None:
+                        known[id(block)] = sides
+        return known
+
     def _outlook(self, gainer: UnitNode, charge: float, within: UnitNode | None,
                  whole_domain: bool = False) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
         """The blocks the gainer may take from (rule 4), with the sides compared, and what they could give.
@@ -292,14 +314,18 @@ class Victims:
             eligible = []
             # Blocks only rule 4b's second clause opens come after all the others (`may_take_on_own_path`).
             second = []
+            sides_of = self._sides_of(gainer)
             for block in self.blocks:
                 sides = None
                 if block.allocated:
                     if within is not None and within not in block.unit.path:
                         continue
-                    sides = may_take_from(gainer, block.unit, charge)
+                    compared = sides_of.get(id(block))
+                    if compared is None:
+                        continue  # its own project's: rule 4b never lets it
+                    sides = may_take_from(gainer, block.unit, charge, compared)
                     if sides is None:
-                        sides = may_take_on_own_path(gainer, block.unit, charge) if whole_domain else None
+                        sides = may_take_on_own_path(gainer, block.unit, charge, compared) if whole_domain else None
                         if sides is not None:
                             second.append((block, sides))
                         continue

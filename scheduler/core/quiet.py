@@ -230,10 +230,9 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
     found: dict[str, set[float]] = {}
     # Whether jobs asking alike need a whole domain: what `needs_whole_domain` reads of a job.
     whole: dict[tuple, bool] = {}
-    for project, jobs in state.queues[True].items():
-        for job in jobs:
-            if job.earmarked_gpus:
-                continue
+    # One job per project and ask stands for all that ask alike (the state keeps them counted).
+    for project, asks in state.pending_asks().items():
+        for _, job in asks.values():
             key = (job.gpus, job.gpus_per_host, job.gpu_types, lanes(job, policy))
             large = whole.get(key)
             if large is None:

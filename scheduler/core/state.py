@@ -77,6 +77,11 @@ def _ends(job: RunningJob, policy: Policy) -> tuple[RunningJob, float, float]:
     return job, protected_until(job, policy), shielded_until(job, policy)
 
 
+def _ask(job: PendingJob) -> tuple:
+    """What a pending job's charge and whether it needs a whole NVLink domain depend on."""
+    return (job.gpus, job.gpus_per_host, job.gpu_types, job.min_runtime, job.gpu_milli)
+
+
 def _order(job: PendingJob) -> tuple:
     return (-job.priority, job.submit_time, job.seq, job.id)
 
@@ -116,6 +121,9 @@ class ClusterState:
         self._projects: Counter[str] = Counter()
         # Project -> what starting each of its pending allocated jobs would charge it (rule 2), counted.
         self._charges: dict[str, Counter[float]] = {}
+        # Project -> what its pending allocated jobs ask (`_ask`) -> [how many, one of them]; jobs holding a claim
+        # aside. Whether a job needs a whole NVLink domain depends on nothing else (`quiet._large_charges`).
+        self._asks: dict[str, dict[tuple, list]] = {}
         # The org tree's usage over the window as `usage_tree` last summed it: (version, now, window,
         # {unit: (allocated, unallocated usage)}). The version moves with every change that could alter that
         # sum at that moment (`_usage_changed`), so a tick and the `quiet_until` after it sum it once.
@@ -212,6 +220,11 @@ class ClusterState:
         self._usage_changed()
         if self.window is not None:
             self.window.add(project, allocated, gpus, start, end)
+
+    def pending_asks(self) -> dict[str, dict[tuple, list]]:
+        """Project -> what its pending allocated jobs ask -> [how many, one of them] (the caller must not change
+        it); jobs holding a claim aside."""
+        return self._asks
 
     def pending_charges(self) -> dict[str, list[float]]:
         """Project -> what starting each of its pending allocated jobs would charge it (rule 2), each amount
@@ -381,6 +394,9 @@ class ClusterState:
             self._mig_demand[(job.mig_profile, job.gpu_types)] += 1
         if allocated and job.gpus and not job.earmarked_gpus:
             self._charges.setdefault(job.project, Counter())[gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime] += 1
+        if allocated and not job.earmarked_gpus:
+            asked = self._asks.setdefault(job.project, {}).setdefault(_ask(job), [0, job])
+            asked[0] += 1
         self._count_project(job.project, 1)
 
     def _remove_pending(self, job: PendingJob) -> None:
@@ -409,6 +425,14 @@ class ClusterState:
                 del charges[charge]
                 if not charges:
                     del self._charges[job.project]
+        if allocated and not job.earmarked_gpus:
+            asks = self._asks[job.project]
+            ask = _ask(job)
+            asks[ask][0] -= 1
+            if asks[ask][0] <= 0:
+                del asks[ask]
+                if not asks:
+                    del self._asks[job.project]
         self._count_project(job.project, -1)
 
     def _add_running(self, job: RunningJob) -> None:

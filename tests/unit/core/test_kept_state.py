@@ -123,6 +123,7 @@ def test_a_kept_state_decides_as_a_state_built_afresh(seed: int, explain: bool) 
         # be backing off.
         assert state.run_ends(policy) == rebuilt.run_ends(policy)
         assert state.backing_off == rebuilt.backing_off
+        assert _counted(state.pending_asks()) == _counted(rebuilt.pending_asks())
         now += rng.choice((5, 5, 10, 60, 600))
 
 
@@ -133,3 +134,8 @@ def _as_pending(job, now: float):
                    gpu_milli=job.gpu_milli, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
                    memory_gib=job.memory_gib, preemptions=job.preemptions + 1,
                    requeued_at=None if job.allocated else now)
+
+
+def _counted(asks: dict) -> dict:
+    """Project -> ask -> how many (which job stands for an ask is any of them)."""
+    return {project: {ask: count for ask, (count, _) in by_ask.items()} for project, by_ask in asks.items()}
