@@ -224,6 +224,9 @@ class Cycle(BoundedSearch, Explanation):
         # Projects with an allocated job that could neither start nor preempt this tick (see `_preemption_scope`),
         # and projects whose search that kept to one unit: project -> (that unit, the waiting sibling's project).
         self._blocked: dict[str, UnitNode] = {}
+        # Gainer -> (how many projects were blocked, its scope then): `_blocked` only grows, so a scope stands
+        # until another project is blocked.
+        self._scopes: dict[str, tuple[int, tuple[UnitNode | None, str]]] = {}
         self._scoped: dict[str, tuple[str, str]] = {}
         # Why each project with a job still waiting stands where it does (`statuses`).
         self.queue_order: tuple[QueueStep, ...] = ()
@@ -283,6 +286,8 @@ class Cycle(BoundedSearch, Explanation):
 
     def _backing_off(self, job: PendingJob) -> bool:
         """Is this unallocated job still backing off from its last preemption? Records until when."""
+        if job.requeued_at is None:
+            return False  # never requeued after a preemption (`backed_off_until` is -inf)
         until = backed_off_until(job, self.policy)
         if until <= self.now:
             return False
@@ -347,12 +352,16 @@ class Cycle(BoundedSearch, Explanation):
         place does not win back from other branches the time its ancestor is owed on the waiting sibling's
         behalf. Returns that ancestor and the waiting sibling's project.
         """
+        known = self._scopes.get(gainer.name)
+        if known is not None and known[0] == len(self._blocked):
+            return known[1]
         scope, waiting = None, ""
         for blocked in self._blocked.values():
             sides = sides_at_common_ancestor(blocked, gainer) if blocked is not gainer else None
             ancestor = sides[0].parent if sides is not None else None
             if ancestor is not None and (scope is None or len(ancestor.path) > len(scope.path)):
                 scope, waiting = ancestor, blocked.name
+        self._scopes[gainer.name] = (len(self._blocked), (scope, waiting))
         return scope, waiting
 
     def _reserve(self, job: PendingJob, charge: float) -> bool:

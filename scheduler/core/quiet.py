@@ -44,9 +44,11 @@ the sibling comes first, so the moments siblings swap places are counted too.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from operator import itemgetter
 
 from .fairshare import gpu_amount, sides_at_common_ancestor
-from .model import DRAINING, RUNNING, Decisions, Policy, backed_off_until
+from .model import DRAINING, RUNNING, Decisions, Policy
 from .placement import JobRequest, lanes, needs_whole_domain
 from .state import ClusterState
 
@@ -102,10 +104,11 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             losers.add(job.project)
             if waiting and shield_ends > now:
                 soonest = min(soonest, shield_ends)
-    for job in state.backing_off.values():
-        until = backed_off_until(job, policy)
-        if until > now:
-            soonest = min(soonest, until)
+    # The first back-off to end after now (they are kept sorted by when they end).
+    backoffs = state.backoff_ends(policy)
+    first = bisect_right(backoffs, now, key=itemgetter(0))
+    if first < len(backoffs):
+        soonest = min(soonest, backoffs[first][0])
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:

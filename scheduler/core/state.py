@@ -49,6 +49,7 @@ from .model import (
     Start,
     Topology,
     Unit,
+    backed_off_until,
     protected_until,
     shielded_until,
 )
@@ -110,6 +111,9 @@ class ClusterState:
         # Pending unallocated jobs requeued after a preemption: the only ones that may be backing off
         # (`model.backed_off_until`; `quiet_until` reads them, not the whole unallocated queue).
         self.backing_off: dict[str, PendingJob] = {}
+        # Their (`backed_off_until`, id), sorted, under `_backoff_policy` (`backoff_ends`).
+        self._backoff_policy: Policy | None = None
+        self._backoff_ends: list[tuple[float, str]] = []
         self.stopping: dict[str, RunningJob] = {}
         self.recent_defrag: list[float] = sorted(recent_defrag_migrations)
         # Did the last tick keep a job out of free GPUs only for a reservation (rule 5)? (`quiet.py`)
@@ -251,6 +255,14 @@ class ClusterState:
             self._ends = {job_id: _ends(job, policy) for job_id, job in self.running.items()}
         return self._ends
 
+    def backoff_ends(self, policy: Policy) -> list[tuple[float, str]]:
+        """(Until when it backs off, id) of every job in `backing_off` under `policy`, sorted; the caller must
+        not change it. Built once per policy object, then kept by the events."""
+        if self._backoff_policy is not policy:
+            self._backoff_policy = policy
+            self._backoff_ends = sorted((backed_off_until(job, policy), job.id) for job in self.backing_off.values())
+        return self._backoff_ends
+
     def mig_demand(self) -> Counter[tuple[str, frozenset[str]]]:
         return Counter(self._mig_demand)
 
@@ -390,6 +402,8 @@ class ClusterState:
             self.claimants[job.id] = job
         if not allocated and job.requeued_at is not None and job.preemptions > 0:
             self.backing_off[job.id] = job
+            if self._backoff_policy is not None:
+                insort(self._backoff_ends, (backed_off_until(job, self._backoff_policy), job.id))
         if job.mig_profile:
             self._mig_demand[(job.mig_profile, job.gpu_types)] += 1
         if allocated and job.gpus and not job.earmarked_gpus:
@@ -411,7 +425,9 @@ class ClusterState:
             del self.queues[allocated][job.project]
             del self._queue_keys[allocated][job.project]
         self.claimants.pop(job.id, None)
-        self.backing_off.pop(job.id, None)
+        if self.backing_off.pop(job.id, None) is not None and self._backoff_policy is not None:
+            ends = self._backoff_ends
+            del ends[bisect_left(ends, (backed_off_until(job, self._backoff_policy), job.id))]
         if job.mig_profile:
             key = (job.mig_profile, job.gpu_types)
             self._mig_demand[key] -= 1

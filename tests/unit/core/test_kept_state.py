@@ -123,6 +123,7 @@ def test_a_kept_state_decides_as_a_state_built_afresh(seed: int, explain: bool) 
         # be backing off.
         assert state.run_ends(policy) == rebuilt.run_ends(policy)
         assert state.backing_off == rebuilt.backing_off
+        assert state.backoff_ends(policy) == rebuilt.backoff_ends(policy)
         assert _counted(state.pending_asks()) == _counted(rebuilt.pending_asks())
         now += rng.choice((5, 5, 10, 60, 600))
 
