@@ -123,7 +123,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
     # 2. Jobs that leave whatever waits: down hosts, maximum runtimes, drains (rule 7).
     forced, leave_at = jobs_leaving(ordered, capacity, now=now, policy=policy)
     cycle = Cycle(ordered, state.claimants, state.recent_defrag_migrations(now), capacity, tree, leave_at, now,
-                  policy, earmark_drops)
+                  policy, earmark_drops, state.run_ends(policy))
     try:
         # 3. Allocated jobs in fair-share order: start, preempt, reserve, defragment (rules 2-5).
         cycle.allocated_jobs(state.queues[True])
@@ -170,14 +170,15 @@ class Cycle(BoundedSearch, Explanation):
 
     def __init__(self, running: tuple[RunningJob, ...], claimants: dict[str, PendingJob],
                  recent_defrag_migrations: tuple[float, ...], capacity: Capacity, tree: UnitTree,
-                 leave_at: dict[str, float], now: float, policy: Policy, earmark_drops: list[EarmarkDrop] = ()):
+                 leave_at: dict[str, float], now: float, policy: Policy, earmark_drops: list[EarmarkDrop] = (),
+                 run_ends: dict | None = None):
         self.running = running
         self.capacity = capacity
         self.tree = tree
         self.leave_at = leave_at
         self.now = now
         self.policy = policy
-        self.victims = Victims(running, tree, capacity, set(leave_at), now, policy)
+        self.victims = Victims(running, tree, capacity, set(leave_at), now, policy, run_ends)
         self.leave_times = LeaveTimes(tree, leave_at, now, policy)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
@@ -223,6 +224,9 @@ class Cycle(BoundedSearch, Explanation):
         # Projects with an allocated job that could neither start nor preempt this tick (see `_preemption_scope`),
         # and projects whose search that kept to one unit: project -> (that unit, the waiting sibling's project).
         self._blocked: dict[str, UnitNode] = {}
+        # Gainer -> (how many projects were blocked, its scope then): `_blocked` only grows, so a scope stands
+        # until another project is blocked.
+        self._scopes: dict[str, tuple[int, tuple[UnitNode | None, str]]] = {}
         self._scoped: dict[str, tuple[str, str]] = {}
         # Why each project with a job still waiting stands where it does (`statuses`).
         self.queue_order: tuple[QueueStep, ...] = ()
@@ -282,6 +286,8 @@ class Cycle(BoundedSearch, Explanation):
 
     def _backing_off(self, job: PendingJob) -> bool:
         """Is this unallocated job still backing off from its last preemption? Records until when."""
+        if job.requeued_at is None:
+            return False  # never requeued after a preemption (`backed_off_until` is -inf)
         until = backed_off_until(job, self.policy)
         if until <= self.now:
             return False
@@ -346,12 +352,16 @@ class Cycle(BoundedSearch, Explanation):
         place does not win back from other branches the time its ancestor is owed on the waiting sibling's
         behalf. Returns that ancestor and the waiting sibling's project.
         """
+        known = self._scopes.get(gainer.name)
+        if known is not None and known[0] == len(self._blocked):
+            return known[1]
         scope, waiting = None, ""
         for blocked in self._blocked.values():
             sides = sides_at_common_ancestor(blocked, gainer) if blocked is not gainer else None
             ancestor = sides[0].parent if sides is not None else None
             if ancestor is not None and (scope is None or len(ancestor.path) > len(scope.path)):
                 scope, waiting = ancestor, blocked.name
+        self._scopes[gainer.name] = (len(self._blocked), (scope, waiting))
         return scope, waiting
 
     def _reserve(self, job: PendingJob, charge: float) -> bool:

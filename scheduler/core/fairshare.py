@@ -105,10 +105,16 @@ class UnitTree:
         A unit's own `allocated_usage` counts jobs charged to it alone (the
         caller clips it to the window); descendants' usage is added here.
         """
-        for unit in units:
-            node = self.nodes[unit.name]
-            node.usage = unit.allocated_usage
-            node.unallocated_usage = unit.unallocated_usage
+        self.sum_window_usage([(unit.name, unit.allocated_usage, unit.unallocated_usage) for unit in units],
+                              running, now=now, window=window)
+
+    def sum_window_usage(self, own: list[tuple[str, float, float]], running: tuple[RunningJob, ...], *,
+                         now: float, window: float) -> None:
+        """`add_window_usage` from each unit's (name, allocated usage, unallocated usage)."""
+        for name, allocated_usage, unallocated_usage in own:
+            node = self.nodes[name]
+            node.usage = allocated_usage
+            node.unallocated_usage = unallocated_usage
         window_start = now - window
         for job in in_seq_order(running):
             seconds = now - max(job.start_time, window_start)
@@ -137,23 +143,27 @@ def sides_at_common_ancestor(gainer: UnitNode, loser: UnitNode) -> tuple[UnitNod
     return None
 
 
-def may_take_from(gainer: UnitNode, loser: UnitNode, charge: float) -> tuple[UnitNode, UnitNode] | None:
+def may_take_from(gainer: UnitNode, loser: UnitNode, charge: float,
+                  sides: tuple[UnitNode, UnitNode] | None = None) -> tuple[UnitNode, UnitNode] | None:
     """Rule 4b: may a job of `gainer` preempt an allocated job of `loser`?
 
     Compared at their lowest common ancestor: the gainer's side, charged
     `charge` GPU-seconds for the new job, must stay strictly below the loser's
-    side. Returns the two sides when it may (for the reason), else None.
+    side. Returns the two sides when it may (for the reason), else None. `sides`: the two sides, if the caller
+    knows them already.
     """
-    sides = sides_at_common_ancestor(gainer, loser)
     if sides is None:
-        return None
+        sides = sides_at_common_ancestor(gainer, loser)
+        if sides is None:
+            return None
     gainer_side, loser_side = sides
     if gainer_side.ratio_with(charge) < loser_side.ratio:
         return sides
     return None
 
 
-def may_take_on_own_path(gainer: UnitNode, loser: UnitNode, charge: float) -> tuple[UnitNode, UnitNode] | None:
+def may_take_on_own_path(gainer: UnitNode, loser: UnitNode, charge: float,
+                         sides: tuple[UnitNode, UnitNode] | None = None) -> tuple[UnitNode, UnitNode] | None:
     """Rule 4b, second clause: may a job of `gainer` preempt an allocated job of `loser` although its side at
     their lowest common ancestor is not less served than the loser's?
 
@@ -162,11 +172,13 @@ def may_take_on_own_path(gainer: UnitNode, loser: UnitNode, charge: float) -> tu
     loser's side. Such a job can start only where a domain that large stands and can't be given what its
     siblings hold elsewhere, so a side kept level with the loser's by their use does not keep it out. Jobs
     the first clause opens come first as victims (`Victims`); the loser's side, less served then, may take
-    back as usual. Returns (that unit, the loser's side) for the reason, else None.
+    back as usual. Returns (that unit, the loser's side) for the reason, else None. `sides` as for
+    `may_take_from`.
     """
-    sides = sides_at_common_ancestor(gainer, loser)
     if sides is None:
-        return None
+        sides = sides_at_common_ancestor(gainer, loser)
+        if sides is None:
+            return None
     gainer_side, loser_side = sides
     limit = loser_side.ratio
     for node in gainer.path[len(gainer_side.path):]:

@@ -25,7 +25,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
-from .fairshare import UnitNode, UnitTree, gpu_amount, may_take_from, may_take_on_own_path
+from .fairshare import (
+    UnitNode,
+    UnitTree,
+    gpu_amount,
+    may_take_from,
+    may_take_on_own_path,
+    sides_at_common_ancestor,
+)
 from .model import (
     DOMAIN,
     RUNNING,
@@ -155,7 +162,9 @@ class Victims:
     """The running jobs rule 4 may preempt this tick, in preference order."""
 
     def __init__(self, running: tuple[RunningJob, ...], tree: UnitTree, capacity: Capacity,
-                 leaving: set[str], now: float, policy: Policy):
+                 leaving: set[str], now: float, policy: Policy, ends: dict | None = None):
+        # `ends`: job id -> (job, protected until, shielded until) as a kept state has them (`run_ends`).
+        ends = ends or {}
         self.capacity = capacity
         self.now = now
         self.policy = policy
@@ -168,13 +177,16 @@ class Victims:
             if job.mig_profile:
                 continue
             allocated = job.min_runtime > 0
-            if allocated and now < protected_until(job, policy):
+            known = ends.get(job.id) if allocated else None
+            if known is None or known[0] is not job:
+                known = (job, protected_until(job, policy), shielded_until(job, policy)) if allocated else None
+            if allocated and now < known[1]:
                 continue
             # What a preemption would cost is reckoned when a search first walks the block (`_order`).
             candidate = Candidate.of(job, capacity, now, policy, cost=False)
             if not candidate.parts:
                 continue
-            candidate.shielded = allocated and now < shielded_until(job, policy)
+            candidate.shielded = allocated and now < known[2]
             block = blocks.get((allocated, job.project))
             if block is None:
                 block = blocks[(allocated, job.project)] = Block(tree.nodes[job.project], allocated)
@@ -194,6 +206,8 @@ class Victims:
         self._ratios_version = 0
         self._capacity_version = 0
         self._eligible: dict[tuple[str, float], tuple[int, list, frozenset[int]]] = {}
+        # Gainer -> id of each allocated block of another project -> the sides compared there (`_sides_of`).
+        self._sides: dict[str, dict[int, tuple[UnitNode, UnitNode]]] = {}
         # Outlooks by the set of blocks they cover (gainers alike share one).
         self._outlooks: dict[frozenset[int], _Outlook] = {}
 
@@ -275,6 +289,19 @@ class Victims:
     def _search(self, req: JobRequest, host_ok: HostFilter) -> _Search:
         return _Search(req, self.capacity, {p for lane in pools_for(req, self.capacity) for p in lane}, host_ok)
 
+    def _sides_of(self, gainer: UnitNode) -> dict[int, tuple[UnitNode, UnitNode]]:
+        """Id of each allocated block the gainer is compared with -> the two sides at their common ancestor
+        (none for its own project's); the tree's shape holds for the whole tick, so once per gainer."""
+        known = self._sides.get(gainer.name)
+        if known is None:
+            known = self._sides[gainer.name] = {}
+            for block in self.blocks:
+                if block.allocated:
+                    sides = sides_at_common_ancestor(gainer, block.unit)
+                    if sides is not None:
+                        known[id(block)] = sides
+        return known
+
     def _outlook(self, gainer: UnitNode, charge: float, within: UnitNode | None,
                  whole_domain: bool = False) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
         """The blocks the gainer may take from (rule 4), with the sides compared, and what they could give.
@@ -287,14 +314,18 @@ class Victims:
             eligible = []
             # Blocks only rule 4b's second clause opens come after all the others (`may_take_on_own_path`).
             second = []
+            sides_of = self._sides_of(gainer)
             for block in self.blocks:
                 sides = None
                 if block.allocated:
                     if within is not None and within not in block.unit.path:
                         continue
-                    sides = may_take_from(gainer, block.unit, charge)
+                    compared = sides_of.get(id(block))
+                    if compared is None:
+                        continue  # its own project's: rule 4b never lets it
+                    sides = may_take_from(gainer, block.unit, charge, compared)
                     if sides is None:
-                        sides = may_take_on_own_path(gainer, block.unit, charge) if whole_domain else None
+                        sides = may_take_on_own_path(gainer, block.unit, charge, compared) if whole_domain else None
                         if sides is not None:
                             second.append((block, sides))
                         continue

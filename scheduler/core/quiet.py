@@ -44,9 +44,11 @@ the sibling comes first, so the moments siblings swap places are counted too.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
+from operator import itemgetter
 
 from .fairshare import gpu_amount, sides_at_common_ancestor
-from .model import DRAINING, RUNNING, Decisions, Policy, backed_off_until, protected_until, shielded_until
+from .model import DRAINING, RUNNING, Decisions, Policy
 from .placement import JobRequest, lanes, needs_whole_domain
 from .state import ClusterState
 
@@ -80,6 +82,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     soonest = math.inf
     losers: set[str] = set()
     window_edges = math.inf
+    run_ends = state.run_ends(policy)
     for job in state.running.values():
         if job.state != RUNNING:
             if job.preempted_for in state.claimants and job.grace_ends is not None:
@@ -93,20 +96,19 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             continue
         if job.start_time + policy.window > now:
             window_edges = min(window_edges, job.start_time + policy.window)
-        ends = protected_until(job, policy)
+        _, ends, shield_ends = run_ends[job.id]
         if ends > now:
             if waiting or (draining and any(g.rsplit(":", 1)[0] in draining for g in job.gpu_ids)):
                 soonest = min(soonest, ends)
         else:
             losers.add(job.project)
-            shield_ends = shielded_until(job, policy)
             if waiting and shield_ends > now:
                 soonest = min(soonest, shield_ends)
-    for jobs in state.queues[False].values():
-        for job in jobs:
-            until = backed_off_until(job, policy)
-            if until > now:
-                soonest = min(soonest, until)
+    # The first back-off to end after now (they are kept sorted by when they end).
+    backoffs = state.backoff_ends(policy)
+    first = bisect_right(backoffs, now, key=itemgetter(0))
+    if first < len(backoffs):
+        soonest = min(soonest, backoffs[first][0])
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
@@ -123,16 +125,19 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
     sweep then meets them in another order)."""
     offsets = sorted({policy.grace_period, policy.unallocated_grace})
     soonest = math.inf
+    run_ends = state.run_ends(policy)
     for job in state.running.values():
         if job.state != RUNNING:
             fixed = [job.grace_ends] if job.grace_ends is not None else []
         else:
             fixed = []
             grace = policy.grace_period if job.allocated else policy.unallocated_grace
-            if job.allocated and protected_until(job, policy) > now:
-                fixed.append(protected_until(job, policy) + grace)
-            if job.allocated and shielded_until(job, policy) > now:
-                fixed.append(shielded_until(job, policy) + grace)
+            if job.allocated:
+                _, protected, shielded = run_ends[job.id]
+                if protected > now:
+                    fixed.append(protected + grace)
+                if shielded > now:
+                    fixed.append(shielded + grace)
             if job.max_runtime is not None and job.start_time + job.max_runtime > now:
                 fixed.append(job.start_time + job.max_runtime + grace)
         for at in fixed:
@@ -228,10 +233,9 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
     found: dict[str, set[float]] = {}
     # Whether jobs asking alike need a whole domain: what `needs_whole_domain` reads of a job.
     whole: dict[tuple, bool] = {}
-    for project, jobs in state.queues[True].items():
-        for job in jobs:
-            if job.earmarked_gpus:
-                continue
+    # One job per project and ask stands for all that ask alike (the state keeps them counted).
+    for project, asks in state.pending_asks().items():
+        for _, job in asks.values():
             key = (job.gpus, job.gpus_per_host, job.gpu_types, lanes(job, policy))
             large = whole.get(key)
             if large is None:
@@ -243,8 +247,11 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
 
 def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float], charged: set[str],
                 now: float, crossing) -> float:
-    """When one of the gainer's waiting jobs (each charging its own amount) first may take from the loser."""
-    soonest = math.inf
+    """When one of the gainer's waiting jobs (each charging its own amount) first may take from the loser.
+
+    `charges` are smallest first, and the gainer's ratio and the moment its line crosses the loser's only grow
+    with the charge: the jobs that may take now come first, and the first charge after them turns soonest.
+    """
     loser_charge = claimed[loser_side.name]
     for charge in charges:
         # Jobs holding claims are charged at the start of every tick (engine.py, `precharged`).
@@ -253,8 +260,8 @@ def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str
             if gainer_side.name in charged or loser_side.name in charged:
                 return now + AFTER  # the tick's charges may have kept it from taking: look again
             continue  # it may, and the tick just now looked with these ratios
-        soonest = min(soonest, crossing(gainer_side, gainer_charge, loser_side, loser_charge))
-    return soonest
+        return crossing(gainer_side, gainer_charge, loser_side, loser_charge)
+    return math.inf
 
 
 def _waits(node, state: ClusterState) -> bool:

@@ -30,7 +30,6 @@ from .placement import (
     needs_whole_domain,
     pools_for,
     pools_in,
-    protected_for,
     spans_hosts,
 )
 
@@ -188,7 +187,8 @@ class BoundedSearch:
         """Which reservations the job may start under: those lasting at least its protection."""
         if not self._reserved_until or not job.allocated:
             return 0
-        return bisect_left(self._reserved_until, self.now + protected_for(job, self.policy))
+        # The request carries `protected_for(job, policy)`, worked out once per job (kept across ticks).
+        return bisect_left(self._reserved_until, self.now + self._request(job).protected_for)
 
     def _known_to_wait(self, job: PendingJob) -> bool:
         """This tick already showed the job can't start, preempt or reserve: record that it waits.

@@ -43,11 +43,15 @@ from .model import (
     Host,
     InSeqOrder,
     PendingJob,
+    Policy,
     RunningJob,
     Snapshot,
     Start,
     Topology,
     Unit,
+    backed_off_until,
+    protected_until,
+    shielded_until,
 )
 from .window import WindowUsage
 
@@ -68,6 +72,15 @@ def running_from(job: PendingJob, start: Start, now: float) -> RunningJob:
 def _usage_fields(job: RunningJob) -> tuple:
     """What a running job's part of the window usage depends on (`UnitTree.add_window_usage`)."""
     return (job.project, job.seq, job.start_time, len(job.gpu_ids), job.gpu_milli, job.min_runtime > 0)
+
+
+def _ends(job: RunningJob, policy: Policy) -> tuple[RunningJob, float, float]:
+    return job, protected_until(job, policy), shielded_until(job, policy)
+
+
+def _ask(job: PendingJob) -> tuple:
+    """What a pending job's charge and whether it needs a whole NVLink domain depend on."""
+    return (job.gpus, job.gpus_per_host, job.gpu_types, job.min_runtime, job.gpu_milli)
 
 
 def _order(job: PendingJob) -> tuple:
@@ -95,6 +108,12 @@ class ClusterState:
         self._queue_keys: dict[bool, dict[str, list[tuple]]] = {True: {}, False: {}}
         # Jobs holding a claim on GPUs (rule 4), and running jobs in their grace period.
         self.claimants: dict[str, PendingJob] = {}
+        # Pending unallocated jobs requeued after a preemption: the only ones that may be backing off
+        # (`model.backed_off_until`; `quiet_until` reads them, not the whole unallocated queue).
+        self.backing_off: dict[str, PendingJob] = {}
+        # Their (`backed_off_until`, id), sorted, under `_backoff_policy` (`backoff_ends`).
+        self._backoff_policy: Policy | None = None
+        self._backoff_ends: list[tuple[float, str]] = []
         self.stopping: dict[str, RunningJob] = {}
         self.recent_defrag: list[float] = sorted(recent_defrag_migrations)
         # Did the last tick keep a job out of free GPUs only for a reservation (rule 5)? (`quiet.py`)
@@ -106,11 +125,22 @@ class ClusterState:
         self._projects: Counter[str] = Counter()
         # Project -> what starting each of its pending allocated jobs would charge it (rule 2), counted.
         self._charges: dict[str, Counter[float]] = {}
+        # Project -> what its pending allocated jobs ask (`_ask`) -> [how many, one of them]; jobs holding a claim
+        # aside. Whether a job needs a whole NVLink domain depends on nothing else (`quiet._large_charges`).
+        self._asks: dict[str, dict[tuple, list]] = {}
         # The org tree's usage over the window as `usage_tree` last summed it: (version, now, window,
         # {unit: (allocated, unallocated usage)}). The version moves with every change that could alter that
         # sum at that moment (`_usage_changed`), so a tick and the `quiet_until` after it sum it once.
         self._usage_version = 0
         self._usage_seen: tuple | None = None
+        # The org tree as last built: (units, their names, projects without a unit, healthy GPUs, window, tree).
+        # Its nodes' usage is set anew by every `usage_tree`; nothing else of it changes while the rest holds.
+        self._tree: tuple | None = None
+        # Running job id -> (the job, when its protection ends, when its shield ends) under `_ends_policy`
+        # (`model.protected_until`, `shielded_until`): read for every running job by each tick's victims and
+        # reservations and by `quiet_until`, kept as runs start, change and end (`run_ends`).
+        self._ends_policy: Policy | None = None
+        self._ends: dict[str, tuple[RunningJob, float, float]] = {}
         for job in sorted(running, key=lambda j: (j.seq, j.id)):
             self._add_running(job)
         self.capacity = Capacity(topology, self.running_in_order(), (), 0.0)
@@ -146,7 +176,7 @@ class ClusterState:
         Summed once per moment: asked again at the same `now` with nothing changed that the sum depends on
         (a tick and the `quiet_until` after it), the sums are copied from the first time, bit for bit.
         """
-        tree = UnitTree(self.units, self.projects(), healthy_gpus=self.capacity.healthy_gpus, window=window)
+        tree = self._tree_shape(window)
         seen = self._usage_seen
         if (seen is not None and seen[0] == self._usage_version and seen[1] == now and seen[2] == window
                 and seen[3].keys() == tree.nodes.keys()):
@@ -157,11 +187,34 @@ class ClusterState:
                 node.usage = usage
                 node.unallocated_usage = unallocated
             return tree
-        units = self.units_at(now)
-        tree.add_window_usage(units, self.running_in_order(), now=now, window=window)
+        for node in tree.nodes.values():
+            node.usage = 0.0
+            node.unallocated_usage = 0.0
+        if self.window is None:
+            own = [(unit.name, unit.allocated_usage, unit.unallocated_usage) for unit in self.units]
+        else:  # as `units_at` sums them
+            window_usage = self.window
+            window_usage.at(now)
+            own = [(unit.name, unit.allocated_usage + window_usage.usage(unit.name, True),
+                    unit.unallocated_usage + window_usage.usage(unit.name, False)) for unit in self.units]
+        tree.sum_window_usage(own, self.running_in_order(), now=now, window=window)
         self._usage_seen = (self._usage_version, now, window,
                             {name: (node.usage, node.unallocated_usage) for name, node in tree.nodes.items()})
         return tree
+
+    def _tree_shape(self, window: float) -> UnitTree:
+        """The org tree of this state's units and projects, kept while they and the healthy GPUs are the same
+        (its usage is the caller's to set)."""
+        units, healthy = self.units, self.capacity.healthy_gpus
+        kept = self._tree
+        if kept is None or kept[0] is not units:
+            kept = (units, frozenset(unit.name for unit in units), None, None, None, None)
+        others = tuple(sorted(self._projects.keys() - kept[1]))
+        if kept[2:5] != (others, healthy, window):
+            tree = UnitTree(units, self.projects(), healthy_gpus=healthy, window=window)
+            kept = (units, kept[1], others, healthy, window, tree)
+        self._tree = kept
+        return kept[5]
 
     def _usage_changed(self) -> None:
         self._usage_version += 1
@@ -171,6 +224,11 @@ class ClusterState:
         self._usage_changed()
         if self.window is not None:
             self.window.add(project, allocated, gpus, start, end)
+
+    def pending_asks(self) -> dict[str, dict[tuple, list]]:
+        """Project -> what its pending allocated jobs ask -> [how many, one of them] (the caller must not change
+        it); jobs holding a claim aside."""
+        return self._asks
 
     def pending_charges(self) -> dict[str, list[float]]:
         """Project -> what starting each of its pending allocated jobs would charge it (rule 2), each amount
@@ -188,6 +246,22 @@ class ClusterState:
             running = self.running
             self._in_order = InSeqOrder(running[key[1]] for key in self._running_keys)
         return self._in_order
+
+    def run_ends(self, policy: Policy) -> dict[str, tuple[RunningJob, float, float]]:
+        """Running job id -> (the job, `protected_until`, `shielded_until`) under `policy`; the caller must not
+        change it. Built once per policy object, then kept by the events."""
+        if self._ends_policy is not policy:
+            self._ends_policy = policy
+            self._ends = {job_id: _ends(job, policy) for job_id, job in self.running.items()}
+        return self._ends
+
+    def backoff_ends(self, policy: Policy) -> list[tuple[float, str]]:
+        """(Until when it backs off, id) of every job in `backing_off` under `policy`, sorted; the caller must
+        not change it. Built once per policy object, then kept by the events."""
+        if self._backoff_policy is not policy:
+            self._backoff_policy = policy
+            self._backoff_ends = sorted((backed_off_until(job, policy), job.id) for job in self.backing_off.values())
+        return self._backoff_ends
 
     def mig_demand(self) -> Counter[tuple[str, frozenset[str]]]:
         return Counter(self._mig_demand)
@@ -274,6 +348,8 @@ class ClusterState:
                 del keys[bisect_left(keys, (old.seq, old.id))]
             insort(keys, (job.seq, job.id))
         self.running[job.id] = job
+        if self._ends_policy is not None:
+            self._ends[job.id] = _ends(job, self._ends_policy)
         self._in_order = None
         if job.state == PREEMPTING:
             self.stopping[job.id] = job
@@ -287,6 +363,7 @@ class ClusterState:
         if job is None:
             return None
         self._usage_changed()
+        self._ends.pop(job_id, None)
         keys = self._running_keys
         del keys[bisect_left(keys, (job.seq, job.id))]
         self._in_order = None
@@ -323,10 +400,17 @@ class ClusterState:
         queue.insert(index, job)
         if job.earmarked_gpus:
             self.claimants[job.id] = job
+        if not allocated and job.requeued_at is not None and job.preemptions > 0:
+            self.backing_off[job.id] = job
+            if self._backoff_policy is not None:
+                insort(self._backoff_ends, (backed_off_until(job, self._backoff_policy), job.id))
         if job.mig_profile:
             self._mig_demand[(job.mig_profile, job.gpu_types)] += 1
         if allocated and job.gpus and not job.earmarked_gpus:
             self._charges.setdefault(job.project, Counter())[gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime] += 1
+        if allocated and not job.earmarked_gpus:
+            asked = self._asks.setdefault(job.project, {}).setdefault(_ask(job), [0, job])
+            asked[0] += 1
         self._count_project(job.project, 1)
 
     def _remove_pending(self, job: PendingJob) -> None:
@@ -341,6 +425,9 @@ class ClusterState:
             del self.queues[allocated][job.project]
             del self._queue_keys[allocated][job.project]
         self.claimants.pop(job.id, None)
+        if self.backing_off.pop(job.id, None) is not None and self._backoff_policy is not None:
+            ends = self._backoff_ends
+            del ends[bisect_left(ends, (backed_off_until(job, self._backoff_policy), job.id))]
         if job.mig_profile:
             key = (job.mig_profile, job.gpu_types)
             self._mig_demand[key] -= 1
@@ -354,6 +441,14 @@ class ClusterState:
                 del charges[charge]
                 if not charges:
                     del self._charges[job.project]
+        if allocated and not job.earmarked_gpus:
+            asks = self._asks[job.project]
+            ask = _ask(job)
+            asks[ask][0] -= 1
+            if asks[ask][0] <= 0:
+                del asks[ask]
+                if not asks:
+                    del self._asks[job.project]
         self._count_project(job.project, -1)
 
     def _add_running(self, job: RunningJob) -> None:
@@ -361,6 +456,8 @@ class ClusterState:
         if self._usage_seen is None or job.start_time < self._usage_seen[1]:
             self._usage_changed()
         self.running[job.id] = job
+        if self._ends_policy is not None:
+            self._ends[job.id] = _ends(job, self._ends_policy)
         insort(self._running_keys, (job.seq, job.id))
         self._in_order = None
         if job.state == PREEMPTING:

@@ -84,7 +84,7 @@ def test_a_kept_state_decides_as_a_state_built_afresh(seed: int, explain: bool) 
             if job.state == PREEMPTING and job.grace_ends is not None and job.grace_ends <= now:
                 state.end_run(job.id)
                 if requeue.pop(job.id, False):
-                    state.submit(_as_pending(job, state, serial))
+                    state.submit(_as_pending(job, now))
             elif now - job.start_time >= work[job.id]:
                 state.end_run(job.id)
             elif rng.random() < 0.05:
@@ -115,15 +115,28 @@ def test_a_kept_state_decides_as_a_state_built_afresh(seed: int, explain: bool) 
             if change.state == DRAINED:
                 state.set_host_state(change.host, DRAINED)
         # The state after the tick is the one the next snapshot is taken of.
-        fresh_parts = ClusterState.from_snapshot(state.snapshot()).capacity.signature()
+        rebuilt = ClusterState.from_snapshot(state.snapshot())
+        fresh_parts = rebuilt.capacity.signature()
         for fresh_part, kept_part in zip(fresh_parts, state.capacity.signature(), strict=True):
             assert list(fresh_part) == list(kept_part)
+        # What the state keeps besides its capacity: each run's protection and shield ends, the jobs that may
+        # be backing off.
+        assert state.run_ends(policy) == rebuilt.run_ends(policy)
+        assert state.backing_off == rebuilt.backing_off
+        assert state.backoff_ends(policy) == rebuilt.backoff_ends(policy)
+        assert _counted(state.pending_asks()) == _counted(rebuilt.pending_asks())
         now += rng.choice((5, 5, 10, 60, 600))
 
 
-def _as_pending(job, state: ClusterState, serial: int):
-    """A preempted resumable job back in the queue with its original submit time."""
+def _as_pending(job, now: float):
+    """A preempted resumable job back in the queue with its original submit time (an unallocated one backs off)."""
     return pending(job.id, job.project, len(job.gpu_ids) if len(job.gpu_ids) != 1 else 1,
                    min_runtime=job.min_runtime, resumable=job.resumable, submit_time=job.submit_time, seq=job.seq,
                    gpu_milli=job.gpu_milli, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
-                   memory_gib=job.memory_gib, preemptions=job.preemptions + 1)
+                   memory_gib=job.memory_gib, preemptions=job.preemptions + 1,
+                   requeued_at=None if job.allocated else now)
+
+
+def _counted(asks: dict) -> dict:
+    """Project -> ask -> how many (which job stands for an ask is any of them)."""
+    return {project: {ask: count for ask, (count, _) in by_ask.items()} for project, by_ask in asks.items()}
