@@ -182,16 +182,7 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
     soonest = math.inf
 
     def crossing(low, low_extra: float, high, high_extra: float = 0.0) -> float:
-        """When `low`'s ratio (charged `low_extra` more) first falls below `high`'s (charged `high_extra`);
-        the segment's end if not before the lines may bend."""
-        # (usage_low + extra + rate_low·t) / entitled_low < (usage_high + extra + rate_high·t) / entitled_high
-        behind = low.ratio_with(low_extra) - high.ratio_with(high_extra)
-        closing = rate[high.name] / high.entitled - rate[low.name] / low.entitled
-        if closing > 0:
-            turns = now + behind / closing + AFTER
-            if turns < segment_end:
-                return turns
-        return segment_end
+        return lines_cross(low, low_extra, high, high_extra, rate, now, segment_end)
 
     large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
     for gainer, charges in sorted(state.pending_charges().items()):
@@ -243,6 +234,20 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
             if large:
                 found.setdefault(project, set()).add(gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime)
     return {project: sorted(charges) for project, charges in found.items()}
+
+
+def lines_cross(low, low_extra: float, high, high_extra: float, rate: dict[str, float], now: float,
+                segment_end: float) -> float:
+    """When `low`'s ratio (charged `low_extra` more) first falls below `high`'s (charged `high_extra`), each unit's
+    usage growing at its `rate` (GPUs) from `now`; `segment_end` if not before the lines may bend."""
+    # (usage_low + extra + rate_low·t) / entitled_low < (usage_high + extra + rate_high·t) / entitled_high
+    behind = low.ratio_with(low_extra) - high.ratio_with(high_extra)
+    closing = rate[high.name] / high.entitled - rate[low.name] / low.entitled
+    if closing > 0:
+        turns = now + behind / closing + AFTER
+        if turns < segment_end:
+            return turns
+    return segment_end
 
 
 def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float], charged: set[str],

@@ -162,13 +162,18 @@ class ClusterState:
         """The units with the usage of recorded runs that is still inside the window at `now` (rule 1)."""
         if self.window is None:
             return self.units
+        return tuple(replace(unit, allocated_usage=allocated, unallocated_usage=unallocated)
+                     for unit, (_, allocated, unallocated) in zip(self.units, self._own_usage(now), strict=True))
+
+    def _own_usage(self, now: float) -> list[tuple[str, float, float]]:
+        """Each unit's (name, allocated usage, unallocated usage) charged to it alone, with the recorded runs still
+        inside the window at `now`."""
+        if self.window is None:
+            return [(unit.name, unit.allocated_usage, unit.unallocated_usage) for unit in self.units]
         window = self.window
         window.at(now)
-        return tuple(
-            replace(unit, allocated_usage=unit.allocated_usage + window.usage(unit.name, True),
-                    unallocated_usage=unit.unallocated_usage + window.usage(unit.name, False))
-            for unit in self.units
-        )
+        return [(unit.name, unit.allocated_usage + window.usage(unit.name, True),
+                 unit.unallocated_usage + window.usage(unit.name, False)) for unit in self.units]
 
     def usage_tree(self, now: float, window: float) -> UnitTree:
         """The org tree with its usage over the window at `now` (rule 1), before any tick's charges.
@@ -190,14 +195,7 @@ class ClusterState:
         for node in tree.nodes.values():
             node.usage = 0.0
             node.unallocated_usage = 0.0
-        if self.window is None:
-            own = [(unit.name, unit.allocated_usage, unit.unallocated_usage) for unit in self.units]
-        else:  # as `units_at` sums them
-            window_usage = self.window
-            window_usage.at(now)
-            own = [(unit.name, unit.allocated_usage + window_usage.usage(unit.name, True),
-                    unit.unallocated_usage + window_usage.usage(unit.name, False)) for unit in self.units]
-        tree.sum_window_usage(own, self.running_in_order(), now=now, window=window)
+        tree.sum_window_usage(self._own_usage(now), self.running_in_order(), now=now, window=window)
         self._usage_seen = (self._usage_version, now, window,
                             {name: (node.usage, node.unallocated_usage) for name, node in tree.nodes.items()})
         return tree

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.fairshare import UnitNode
-from scheduler.core.quiet import AFTER, _first_turn
+from scheduler.core.quiet import AFTER, _first_turn, lines_cross
 
 NOW = 1_000_000.0
 positive = st.floats(1.0, 1e9, allow_nan=False, allow_infinity=False)
@@ -46,14 +46,8 @@ def test_the_first_charge_that_cannot_take_turns_soonest(usage, entitled, rate, 
     rates = {"g": rate[0], "l": rate[1]}
     segment_end = NOW + segment
 
-    def crossing(low, low_extra, high, high_extra=0.0):  # as in `quiet._turns`
-        behind = low.ratio_with(low_extra) - high.ratio_with(high_extra)
-        closing = rates[high.name] / high.entitled - rates[low.name] / low.entitled
-        if closing > 0:
-            turns = NOW + behind / closing + AFTER
-            if turns < segment_end:
-                return turns
-        return segment_end
+    def crossing(low, low_extra, high, high_extra=0.0):  # as `quiet_until` binds it
+        return lines_cross(low, low_extra, high, high_extra, rates, NOW, segment_end)
 
     claims = {"g": claimed[0], "l": claimed[1]}
     ordered = sorted(charges)
