@@ -178,6 +178,8 @@ class Cycle(BoundedSearch, Explanation):
         self.leave_at = leave_at
         self.now = now
         self.policy = policy
+        # Running job id -> (the job, when its protection ends, when its shield ends), as a kept state has them.
+        self._run_ends = run_ends
         self.victims = Victims(running, tree, capacity, set(leave_at), now, policy, run_ends)
         self.leave_times = LeaveTimes(tree, leave_at, now, policy)
         self.starts: list[Start] = []
