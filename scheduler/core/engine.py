@@ -558,6 +558,7 @@ class Cycle(BoundedSearch, Explanation):
     def _drop_claim(self, job: PendingJob, reason: str) -> None:
         claim = self.claims.pop(job.id, set())
         self.capacity.release_earmarks(job.id, claim)
+        self.victims.free_changed()
         self.earmark_drops.append(EarmarkDrop(job.id, f"the GPUs held for it are free for others again: {reason}"))
 
     def earmarks(self) -> dict[str, tuple[str, ...]]:
