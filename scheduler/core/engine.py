@@ -181,7 +181,7 @@ class Cycle(BoundedSearch, Explanation):
         # Running job id -> (the job, when its protection ends, when its shield ends), as a kept state has them.
         self._run_ends = run_ends
         self.victims = Victims(running, tree, capacity, set(leave_at), now, policy, run_ends)
-        self.leave_times = LeaveTimes(tree, leave_at, now, policy)
+        self.leave_times = LeaveTimes(tree, leave_at, now, policy, run_ends)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.reservations: list[Reservation] = []
