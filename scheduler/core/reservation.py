@@ -89,7 +89,7 @@ class LeaveTimes:
                     could_go = math.inf
             if job.max_runtime is not None:
                 could_go = min(could_go, max(now, job.start_time + job.max_runtime))
-            return could_go + (policy.grace_period if allocated else policy.unallocated_grace)
+            return could_go + grace_period_for(allocated, policy)
 
         return leave_time
 
