@@ -178,8 +178,10 @@ class Cycle(BoundedSearch, Explanation):
         self.leave_at = leave_at
         self.now = now
         self.policy = policy
+        # Running job id -> (the job, when its protection ends, when its shield ends), as a kept state has them.
+        self._run_ends = run_ends
         self.victims = Victims(running, tree, capacity, set(leave_at), now, policy, run_ends)
-        self.leave_times = LeaveTimes(tree, leave_at, now, policy)
+        self.leave_times = LeaveTimes(tree, leave_at, now, policy, run_ends)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.reservations: list[Reservation] = []
@@ -556,6 +558,7 @@ class Cycle(BoundedSearch, Explanation):
     def _drop_claim(self, job: PendingJob, reason: str) -> None:
         claim = self.claims.pop(job.id, set())
         self.capacity.release_earmarks(job.id, claim)
+        self.victims.free_changed()
         self.earmark_drops.append(EarmarkDrop(job.id, f"the GPUs held for it are free for others again: {reason}"))
 
     def earmarks(self) -> dict[str, tuple[str, ...]]:

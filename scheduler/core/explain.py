@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from itertools import accumulate
+from itertools import accumulate, chain
 
 from . import reasons
 from .fairshare import explain_order
 from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, PendingJob, PendingStatus, protected_until
 from .placement import pools_for, spans_hosts
-from .reservation import grace_for
 from .search import (
     BACKING_OFF,
     DEFRAGMENTING,
@@ -26,6 +25,10 @@ from .search import (
     VICTIMS_LEAVING,
     Wait,
 )
+
+
+# `leave_at` has no entry for the job.
+_NOT_LEAVING = object()
 
 
 class Explanation:
@@ -177,24 +180,32 @@ class Explanation:
     def _release_timeline(self) -> tuple[list[float], list[int]]:
         """When GPUs come back to the schedulable pool, and how many by then (cumulative)."""
         timeline: list[tuple[float, int]] = []
-        for job in self.running + tuple(self.started_jobs):
-            held = self.capacity.held.get(job.id)
+        held_by = self.capacity.held.get
+        leave_at = self.leave_at
+        now, policy = self.now, self.policy
+        # `protected_until` of the running jobs, as a kept state has them (`ClusterState.run_ends`).
+        ends = self._run_ends or {}
+        grace_allocated, grace_unallocated = policy.grace_period, policy.unallocated_grace
+        for job in chain(self.running, self.started_jobs):
+            held = held_by(job.id)
             if held and held[0][0].group is None or job.mig_profile:
                 continue
-            when = self._release_time(job)
-            if when is not None:
-                timeline.append((when, len(job.gpu_ids)))
+            when = leave_at.get(job.id, _NOT_LEAVING)
+            if when is _NOT_LEAVING:
+                if job.state != RUNNING:
+                    continue
+                allocated = job.min_runtime > 0
+                when = math.inf
+                if allocated:
+                    known = ends.get(job.id)
+                    protected = known[1] if known is not None and known[0] is job else protected_until(job, policy)
+                    if protected > now:
+                        when = protected
+                if job.max_runtime is not None:
+                    when = min(when, job.start_time + job.max_runtime)
+                if when == math.inf:
+                    continue
+                when += grace_allocated if allocated else grace_unallocated
+            timeline.append((when, len(job.gpu_ids)))
         timeline.sort()
         return [t for t, _ in timeline], list(accumulate(g for _, g in timeline))
-
-    def _release_time(self, job) -> float | None:
-        if job.id in self.leave_at:
-            return self.leave_at[job.id]
-        if job.state != RUNNING:
-            return None
-        ends = math.inf
-        if job.allocated and protected_until(job, self.policy) > self.now:
-            ends = protected_until(job, self.policy)
-        if job.max_runtime is not None:
-            ends = min(ends, job.start_time + job.max_runtime)
-        return None if math.isinf(ends) else ends + grace_for(job, self.policy)

@@ -131,6 +131,8 @@ class _Outlook:
     pool_reach: dict[Pool, int] = field(default_factory=dict)
     # What a job asked -> capacity version at which nothing could be preempted for it.
     hopeless: dict[tuple, int] = field(default_factory=dict)
+    # The most any host / group of each pool could offer (`reachable`), and the free version they were taken at.
+    best: tuple[int, dict[Pool, int], dict[Pool, int]] | None = None
 
     def count(self, candidate: Candidate, sign: int) -> None:
         for host, release in candidate.parts:
@@ -138,6 +140,44 @@ class _Outlook:
             self.host_reach[host] = self.host_reach.get(host, 0) + gpus
             self.group_reach[host.group] = self.group_reach.get(host.group, 0) + gpus
             self.pool_reach[host.group.pool] = self.pool_reach.get(host.group.pool, 0) + gpus
+
+    def reachable(self, req: JobRequest, pools: set[Pool], free_version: int) -> bool:
+        """Could `could_fit` hold for any candidate of these blocks? (False: it holds for none.)
+
+        An upper bound on every candidate's `could_fit`: per pool, the most free plus reachable GPUs of any
+        host and of any group the blocks free GPUs on, taken once per `free_version` (free GPUs only shrink
+        while it stands, reach only shrinks as victims are taken).
+        """
+        best = self.best
+        if best is None or best[0] != free_version:
+            host_best: dict[Pool, int] = {}
+            group_best: dict[Pool, int] = {}
+            for host, reach in self.host_reach.items():
+                pool = host.group.pool
+                most = len(host.free) + reach
+                if most > host_best.get(pool, -1):
+                    host_best[pool] = most
+            for group, reach in self.group_reach.items():
+                pool = group.pool
+                most = group.free + reach
+                if most > group_best.get(pool, -1):
+                    group_best[pool] = most
+            best = self.best = (free_version, host_best, group_best)
+        _, host_best, group_best = best
+        need = req.gpus
+        for pool in pools:
+            if req.single_host(pool):
+                most = host_best.get(pool)
+                if most is not None and most >= need:
+                    return True
+                continue
+            most = group_best.get(pool)
+            if most is not None and most >= need:
+                return True
+            if (req.topology != DOMAIN and need > pool.largest_group and pool in self.pool_reach
+                    and pool.free + self.pool_reach[pool] >= need):
+                return True
+        return False
 
     def could_fit(self, candidate: Candidate, req: JobRequest, pools: set[Pool]) -> bool:
         """Could the job fit at all where this candidate frees GPUs? (free plus all reachable; no shape or CPU)"""
@@ -205,6 +245,8 @@ class Victims:
         # Bumped when ratios move (charges) and when capacity or candidates do (starts, victims).
         self._ratios_version = 0
         self._capacity_version = 0
+        # Bumped when free GPUs may have come back (with every capacity change, and when a claim is dropped).
+        self._free_version = 0
         self._eligible: dict[tuple[str, float], tuple[int, list, frozenset[int]]] = {}
         # Gainer -> id of each allocated block of another project -> the sides compared there (`_sides_of`).
         self._sides: dict[str, dict[int, tuple[UnitNode, UnitNode]]] = {}
@@ -225,6 +267,11 @@ class Victims:
 
     def capacity_changed(self) -> None:
         self._capacity_version += 1
+        self._free_version += 1
+
+    def free_changed(self) -> None:
+        """GPUs came back to the free lists (a claim dropped) without a capacity change counted."""
+        self._free_version += 1
 
     def take(self, job_ids: set[str]) -> None:
         """Victims chosen (or jobs moved) this tick are no longer candidates."""
@@ -255,8 +302,13 @@ class Victims:
         bounded = not (req.shared or req.earmarked)
         hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
                         req.protected_for, whole_domain)
-        if bounded and outlook.hopeless.get(hopeless_key) == self._capacity_version:
-            return None
+        if bounded:
+            if outlook.hopeless.get(hopeless_key) == self._capacity_version:
+                return None
+            if not outlook.reachable(req, search.pools, self._free_version):
+                # No candidate could fit: the walk below would add none, and end as hopeless.
+                outlook.hopeless[hopeless_key] = self._capacity_version
+                return None
         for block, sides in eligible:
             if not block.live:
                 continue

@@ -42,11 +42,14 @@ class Outlook:
 class LeaveTimes:
     """When each running job would give its GPUs to a given waiting job."""
 
-    def __init__(self, tree: UnitTree, leaving: dict[str, float], now: float, policy: Policy):
+    def __init__(self, tree: UnitTree, leaving: dict[str, float], now: float, policy: Policy,
+                 ends: dict | None = None):
+        # `ends`: job id -> (job, protected until, shielded until) as a kept state has them (`run_ends`).
         self.tree = tree
         self.leaving = leaving
         self.now = now
         self.policy = policy
+        self.ends = ends or {}
 
     def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False) -> Callable[[RunningJob], float]:
         """Leave times for a job of `gainer` charged `charge`; one that needs a whole NVLink domain may take jobs
@@ -54,8 +57,11 @@ class LeaveTimes:
         times are kept, so nothing they depend on may change while it is used."""
         may: dict[str, bool] = {}
         until = protected_until if whole_domain else shielded_until
+        # Which of the kept ends applies: protection for a whole-domain job, the shield for any other.
+        end = 1 if whole_domain else 2
         # Each job's, once per search (the sweeps of one `earliest_start` meet a job on each of its hosts).
         known: dict[str, float] = {}
+        leaving, ends, now, policy = self.leaving, self.ends, self.now, self.policy
 
         def leave_time(job: RunningJob) -> float:
             when = known.get(job.id)
@@ -64,21 +70,26 @@ class LeaveTimes:
             return when
 
         def _leave_time(job: RunningJob) -> float:
-            if job.id in self.leaving:
-                return self.leaving[job.id]
+            if job.id in leaving:
+                return leaving[job.id]
             if job.state == PREEMPTING:
-                return self.now if job.grace_ends is None else job.grace_ends
-            if not job.allocated:
-                could_go = self.now
+                return now if job.grace_ends is None else job.grace_ends
+            allocated = job.min_runtime > 0
+            if not allocated:
+                could_go = now
             else:
                 if job.project not in may:
                     loser = self.tree.nodes[job.project]
                     may[job.project] = (may_take_from(gainer, loser, charge) is not None
                                         or whole_domain and may_take_on_own_path(gainer, loser, charge) is not None)
-                could_go = max(self.now, until(job, self.policy)) if may[job.project] else math.inf
+                if may[job.project]:
+                    kept = ends.get(job.id)
+                    could_go = max(now, kept[end] if kept is not None and kept[0] is job else until(job, policy))
+                else:
+                    could_go = math.inf
             if job.max_runtime is not None:
-                could_go = min(could_go, max(self.now, job.start_time + job.max_runtime))
-            return could_go + grace_for(job, self.policy)
+                could_go = min(could_go, max(now, job.start_time + job.max_runtime))
+            return could_go + grace_period_for(allocated, policy)
 
         return leave_time
 
