@@ -55,6 +55,10 @@ class Job(models.Model):
         null=True, blank=True,
         help_text="Seconds it holds its GPUs after each restart before it makes progress again (loading its "
                   "checkpoint); empty: the cluster policy's restart_overhead.")
+    checkpoint_every = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(FIELD["checkpoint_every"].lowest),
+                                           MaxValueValidator(FIELD["checkpoint_every"].maximum)],
+        help_text="Seconds of progress between the checkpoints it saves; empty: not declared.")
     priority = models.CharField(max_length=8, choices=Priority.choices, default=Priority.NORMAL)
 
     # Where it stands.

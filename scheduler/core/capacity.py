@@ -598,6 +598,12 @@ class Capacity:
             return releases
         return self._releases_on(job, self._hosts_of(job))
 
+    def holds_whole_hosts(self, job: RunningJob) -> bool:
+        """Does the running job hold every GPU of each schedulable host it is on?"""
+        releases = self.releases(job)
+        return bool(releases) and all(release.gpus >= self.hosts[name].gpu_count
+                                      for name, release in releases.items())
+
     def memo(self, job: RunningJob, derive):
         """`derive(job)` for a running job, computed once while it holds what it holds (as `releases`);
         for other jobs (started this tick, claimants' stand-ins) every time."""

@@ -159,6 +159,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
         state.commit(decisions, cycle.started_runs, now)
         state.held_back = bool(cycle.held_back())
         state.scoped = bool(cycle.scoped())
+        state.passed_over = bool(cycle.victims.passed_over) or cycle.leave_times.windowed
     return decisions
 
 
@@ -181,7 +182,7 @@ class Cycle(BoundedSearch, Explanation):
         # Running job id -> (the job, when its protection ends, when its shield ends), as a kept state has them.
         self._run_ends = run_ends
         self.victims = Victims(running, tree, capacity, set(leave_at), now, policy, run_ends)
-        self.leave_times = LeaveTimes(tree, leave_at, now, policy, run_ends)
+        self.leave_times = LeaveTimes(tree, leave_at, now, policy, run_ends, capacity)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.reservations: list[Reservation] = []
@@ -327,12 +328,14 @@ class Cycle(BoundedSearch, Explanation):
         access = self._access(job)
         if not self._no_victims_for(job, preempting, access):
             scope, waiting = self._preemption_scope(gainer)
+            passed_over = self.victims.passed_over
             plan = self.victims.find(self._request(job), gainer, charge, self._host_filter(self._request(job)),
-                                     within=scope, whole_domain=self._whole_domain(job))
+                                     within=scope, whole_domain=self._whole_domain(job), timed=self._timed(job))
             if plan is not None:
                 self._preempt(job, plan)
                 return True
-            self._no_victims[(job.project, preempting, access, self._whole_domain(job))] = (job.gpus, charge)
+            self._no_victims[(job.project, preempting, access, self._whole_domain(job), self._timed(job))] = (
+                job.gpus, charge, self.victims.passed_over > passed_over)
             if scope is not None:
                 self._scoped.setdefault(job.project, (scope.name, waiting))
             if self._reserved and self._request(job).protected_for > 0:
@@ -370,7 +373,7 @@ class Cycle(BoundedSearch, Explanation):
         """Rule 5 (and defragmentation): hold where the job can start earliest."""
         req = self._request(job)
         gainer = self.tree.nodes[job.project]
-        leave_time = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job))
+        leave_time = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job), self._timed(job))
         outlook = earliest_start(req, self.capacity, leave_time, self._host_filter(req), self.now)
         if req.topology == DOMAIN and req.gpus > 1:
             moves = plan_defrag(

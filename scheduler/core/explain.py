@@ -26,7 +26,6 @@ from .search import (
     Wait,
 )
 
-
 # `leave_at` has no entry for the job.
 _NOT_LEAVING = object()
 
@@ -128,7 +127,10 @@ class Explanation:
         if blocked:
             text = f"{text}; {blocked}"
         elif job.min_runtime > 0 and self._no_victims_for(job, self._classes(job)[2], self._access(job)):
-            if job.project in self._scoped:
+            if self._waits_for_checkpoints(job, self._classes(job)[2], self._access(job)):
+                text += ("; the jobs it may preempt are between their checkpoints: each is taken early in an "
+                         "interval or in the grace period before its next checkpoint, so that it loses little work")
+            elif job.project in self._scoped:
                 unit, waiting = self._scoped[job.project]
                 text += (f"; while project {waiting}, less served than it under {unit}, waits to start, it may "
                          f"preempt only unallocated jobs and jobs under {unit}, and none of those would make room")

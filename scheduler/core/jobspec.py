@@ -162,8 +162,13 @@ FIELDS: tuple[JobField, ...] = (
                   "(default 300 s)."),
     JobField("duration", SECONDS, positive=True, api=False, column="duration",
              help="Seconds of work the job needs to finish."),
-    JobField("checkpoint_every", SECONDS, default=None, positive=True, api=False, column="checkpoint_every",
-             help="Seconds between checkpoints; empty: it resumes exactly where it stopped."),
+    JobField("checkpoint_every", SECONDS, default=None, positive=True, maximum=MAX_SECONDS, as_is=True,
+             column="checkpoint_every", label="Checkpoint every", placeholder="not declared",
+             cli=("--checkpoint-every",),
+             help="Seconds of progress between the checkpoints the job saves (counted afresh from each one it "
+                  "reports); the scheduler then preempts it for fair share only when it would lose no more than "
+                  "the wait for its next one: early in an interval, or in the grace period before a checkpoint. "
+                  "Empty: not declared (the simulator: it resumes exactly where it stopped)."),
     JobField("priority", CHOICE, default="normal", choices=tuple((name, name) for name in PRIORITIES),
              column="priority", label="Priority in the project", cli=("--priority",),
              help="Orders the project's own jobs only."),

@@ -195,6 +195,8 @@ class PendingJob:
     # Seconds it holds its GPUs after a restart before it makes progress (None: the policy's
     # `restart_overhead`).
     restart_overhead: float | None = None
+    # Seconds of progress between its checkpoints, as declared (None: not declared); its runs carry it.
+    checkpoint_every: float | None = None
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -240,6 +242,9 @@ class RunningJob:
     # Seconds it holds its GPUs after a restart before it makes progress (None: the policy's
     # `restart_overhead`).
     restart_overhead: float | None = None
+    # Seconds of progress between the checkpoints it declared it saves (None: none declared); rule 4 times
+    # a fair-share preemption so that one falls within the grace period (`checkpoint_window`).
+    checkpoint_every: float | None = None
 
     def __post_init__(self) -> None:
         if self.mig_profile:
@@ -348,6 +353,86 @@ def backed_off_until(job: PendingJob, policy: Policy) -> float:
 def restart_overhead(job: RunningJob | PendingJob, policy: Policy) -> float:
     """Seconds the job holds its GPUs after a restart before it makes progress again: its own, else the policy's."""
     return policy.restart_overhead if job.restart_overhead is None else job.restart_overhead
+
+
+def checkpoint_due(job: RunningJob, at: float, policy: Policy) -> float | None:
+    """The run's first checkpoint at or after `at`, by the interval the job declared (None: it declared none, or
+    it is not resumable and keeps nothing). A restart makes progress from start + restart overhead, as
+    `run_shield` counts it, and checkpoints every `checkpoint_every` seconds of progress from then; a
+    checkpoint the job reported in this run (`last_checkpoint`) sets the count anew from itself."""
+    every = job.checkpoint_every
+    if not every or not job.resumable:
+        return None
+    since = job.start_time + (restart_overhead(job, policy) if job.preemptions > 0 else 0.0)
+    if job.last_checkpoint is not None and job.last_checkpoint > since:
+        since = job.last_checkpoint
+        if at <= since:
+            return since
+    elif at <= since:
+        return since + every
+    return since + math.ceil((at - since) / every) * every
+
+
+def checkpoint_window(job: RunningJob, at: float, grace: float, policy: Policy) -> float:
+    """The first moment from `at` at which rule 4 may take the job for fair share, by its declared checkpoints.
+
+    A preempted job runs on through its grace period, so a checkpoint that
+    falls inside it is kept. Taking a job at an arbitrary moment between two
+    checkpoints loses half an interval on average; so a job that declared its
+    interval is taken only while the work it would lose is no more than the
+    wait for its next checkpoint's grace period: in the first half of an
+    interval, or in the grace period before a checkpoint (where it loses
+    nothing). The job waiting for its GPUs waits at most half an interval,
+    and a victim loses at most half. Jobs that declared none: `at`.
+    """
+    due = checkpoint_due(job, at, policy)
+    if due is None or _may_take(job, at, due, grace, policy):
+        return at
+    return due - grace
+
+
+def waits_for_checkpoints(gainer_on_one_host: bool, gainer_needs_whole_domain: bool,
+                          victim_holds_whole_hosts: bool) -> bool:
+    """Does rule 4 take a victim only when `checkpoint_window` lets it, for this preemptor?
+
+    A job on one host waits for its victims' checkpoints. A job that needs
+    several hosts waits only for victims that hold whole hosts: a host that
+    small jobs share frees only when all of them go, and waiting for each
+    one's checkpoint would keep the GPUs the others free idle. A job that needs
+    a whole NVLink domain waits for none (rule 5's bound on its wait holds).
+    """
+    if gainer_needs_whole_domain:
+        return False
+    return gainer_on_one_host or victim_holds_whole_hosts
+
+
+def checkpoint_window_closes(job: RunningJob, at: float, grace: float, policy: Policy) -> tuple[float, float]:
+    """For a job rule 4 may take at `at` (`checkpoint_window`): when that stops, and when it may again
+    (inf, inf: it always may)."""
+    due = checkpoint_due(job, at, policy)
+    every = job.checkpoint_every
+    if due is None or every <= grace:
+        return math.inf, math.inf
+    if due - at <= grace:
+        # In the grace period before a checkpoint: it stays takeable through the first half of the next interval.
+        previous, due = due, due + every
+    else:
+        previous = _previous_checkpoint(job, due, policy)
+    return (previous + due - grace) / 2, due - grace
+
+
+def _previous_checkpoint(job: RunningJob, due: float, policy: Policy) -> float:
+    """The checkpoint before `due` (`checkpoint_due`), or the moment the run began to make progress."""
+    since = job.start_time + (restart_overhead(job, policy) if job.preemptions > 0 else 0.0)
+    if job.last_checkpoint is not None and job.last_checkpoint > since:
+        since = job.last_checkpoint
+    return max(since, due - job.checkpoint_every)
+
+
+def _may_take(job: RunningJob, at: float, due: float, grace: float, policy: Policy) -> bool:
+    """Would preempting the job at `at` lose no more work than waiting for its checkpoint at `due`?"""
+    opens = due - grace
+    return at >= opens or at - _previous_checkpoint(job, due, policy) <= opens - at
 
 
 def protected_until(job: RunningJob, policy: Policy) -> float:

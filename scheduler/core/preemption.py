@@ -39,12 +39,16 @@ from .model import (
     WHOLE_GPU_MILLI,
     Policy,
     RunningJob,
+    checkpoint_due,
+    checkpoint_window,
     in_seq_order,
     protected_until,
     restart_overhead,
     shielded_until,
+    waits_for_checkpoints,
 )
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
+from .reservation import grace_for
 
 
 def lost_work(job: RunningJob, now: float, overhead: float = 0.0) -> float:
@@ -56,8 +60,13 @@ def lost_work(job: RunningJob, now: float, overhead: float = 0.0) -> float:
 
 def preemption_cost(job: RunningJob, now: float, policy: Policy) -> float:
     """Rule 4's cost of preempting a job: the work since its last periodic checkpoint plus its restart overhead
-    (a job that is not resumable loses everything since its start and does not restart)."""
-    return lost_work(job, now, restart_overhead(job, policy) if job.resumable else 0.0)
+    (a job that is not resumable loses everything since its start and does not restart). A job whose declared
+    next checkpoint falls within its grace period keeps its work: only the restart is lost."""
+    overhead = restart_overhead(job, policy) if job.resumable else 0.0
+    due = checkpoint_due(job, now, policy)
+    if due is not None and due - now <= grace_for(job, policy):
+        return gpu_amount(len(job.gpu_ids), job.gpu_milli) * overhead
+    return lost_work(job, now, overhead)
 
 
 @dataclass(eq=False)
@@ -72,6 +81,11 @@ class Candidate:
     # Past its protection but still shielded by its earlier preemptions (`model.shield`): only a job that
     # needs a whole NVLink domain may take it.
     shielded: bool = False
+    # Between its declared checkpoints, where taking it would lose more than waiting for the next one
+    # (`model.checkpoint_window`), and whether it holds whole hosts: who may take it then is
+    # `model.waits_for_checkpoints`'s.
+    between_checkpoints: bool = False
+    whole_hosts: bool = False
 
     @classmethod
     def of(cls, job: RunningJob, capacity: Capacity, now: float, policy: Policy | None = None,
@@ -227,6 +241,10 @@ class Victims:
             if not candidate.parts:
                 continue
             candidate.shielded = allocated and now < known[2]
+            candidate.between_checkpoints = allocated and checkpoint_window(job, now, grace_for(job, policy),
+                                                                            policy) > now
+            if candidate.between_checkpoints:
+                candidate.whole_hosts = capacity.holds_whole_hosts(job)
             block = blocks.get((allocated, job.project))
             if block is None:
                 block = blocks[(allocated, job.project)] = Block(tree.nodes[job.project], allocated)
@@ -245,6 +263,9 @@ class Victims:
         # Bumped when ratios move (charges) and when capacity or candidates do (starts, victims).
         self._ratios_version = 0
         self._capacity_version = 0
+        # How many times searches passed over a job only because it was between its declared checkpoints
+        # (`quiet.py`, and the reasons of the jobs that waited for it).
+        self.passed_over = 0
         # Bumped when free GPUs may have come back (with every capacity change, and when a claim is dropped).
         self._free_version = 0
         self._eligible: dict[tuple[str, float], tuple[int, list, frozenset[int]]] = {}
@@ -288,20 +309,21 @@ class Victims:
         self.capacity_changed()
 
     def find(self, req: JobRequest, gainer: UnitNode, charge: float, host_ok: HostFilter,
-             within: UnitNode | None = None, whole_domain: bool = False) -> VictimPlan | None:
+             within: UnitNode | None = None, whole_domain: bool = False, timed: bool = False) -> VictimPlan | None:
         """The victims whose GPUs would let the job start, or None.
 
         Only candidates freeing GPUs where the job could fit at all are tried
         (an upper bound kept per set of blocks the gainer may take from). A
         search that finds nothing is remembered until the next decision, so
-        jobs like it then cost a lookup.
+        jobs like it then cost a lookup. `timed`: a job that fits on one host
+        (who waits for victims' checkpoints: `model.waits_for_checkpoints`).
         """
         search = self._search(req, host_ok)
         eligible, outlook = self._outlook(gainer, charge, within, whole_domain)
         # Fractions and jobs with earmarks skip the upper bound (it counts neither).
         bounded = not (req.shared or req.earmarked)
         hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
-                        req.protected_for, whole_domain)
+                        req.protected_for, whole_domain, timed)
         if bounded:
             if outlook.hopeless.get(hopeless_key) == self._capacity_version:
                 return None
@@ -317,6 +339,10 @@ class Victims:
             for candidate in block.candidates:
                 if (candidate.taken or candidate.shielded and not whole_domain
                         or bounded and not outlook.could_fit(candidate, req, search.pools)):
+                    continue
+                if candidate.between_checkpoints and waits_for_checkpoints(timed, whole_domain,
+                                                                           candidate.whole_hosts):
+                    self.passed_over += 1
                     continue
                 scope = search.add(candidate, sides)
                 if scope is not None:

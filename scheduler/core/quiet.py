@@ -10,6 +10,10 @@ What can change a decision with time alone, each at a moment known now:
 
 - a running allocated job's protection ends (rule 4 may then take it, and a
   draining host lets it go, rule 7);
+- after a tick that passed over a job between its declared checkpoints, or
+  counted on one leaving at its next checkpoint, or held a job back for a
+  reservation: rule 4 may take it again when the grace period before its
+  next checkpoint opens (`model.checkpoint_window`);
 - a job reaches its maximum runtime;
 - a job preempted for a claim has not left a heartbeat timeout after its
   grace period (the claim then breaks, `earmarks.py`);
@@ -21,6 +25,9 @@ What can change a decision with time alone, each at a moment known now:
   its start leaves the window, a run that ended loses its GPUs once its start
   has (`window.py`). Between those moments the comparison is a line, solved
   for when it turns.
+
+And right after a tick that stopped a job that is back in the queue at once
+(its host went down): the next tick may start it elsewhere.
 
 And right after a tick that started allocated jobs: it charged their units
 for them (rule 2), and those charges are gone at the next tick, where such a
@@ -48,8 +55,9 @@ from bisect import bisect_right
 from operator import itemgetter
 
 from .fairshare import gpu_amount, sides_at_common_ancestor
-from .model import DRAINING, RUNNING, Decisions, Policy
+from .model import DRAINING, RUNNING, Decisions, Policy, RunningJob, checkpoint_window, checkpoint_window_closes
 from .placement import JobRequest, lanes, needs_whole_domain
+from .reservation import grace_for
 from .state import ClusterState
 
 # A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
@@ -63,6 +71,9 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     `last` is what the tick at `now` decided (None: no tick at `now`).
     """
     waiting = bool(state.queues[True])
+    if last is not None and any(p.job_id in state.pending for p in last.preemptions):
+        # A job the tick stopped is back in the queue already (its host went down): the next tick may start it.
+        return now + AFTER
     # Projects the tick charged for allocated jobs it started, or for jobs that claimed GPUs (rule 2): at the
     # next tick the first charges are gone, and the second come at the start of the tick, not where the walk
     # met the job; their units may compare otherwise than the tick saw them.
@@ -104,6 +115,8 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             losers.add(job.project)
             if waiting and shield_ends > now:
                 soonest = min(soonest, shield_ends)
+            elif waiting and (state.passed_over or state.held_back):
+                soonest = min(soonest, _window_turn(job, now, policy, state.held_back))
     # The first back-off to end after now (they are kept sorted by when they end).
     backoffs = state.backoff_ends(policy)
     first = bisect_right(backoffs, now, key=itemgetter(0))
@@ -118,6 +131,18 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     if fair_share and waiting and state.held_back:
         soonest = min(soonest, _leave_order_turns(state, now, policy))
     return soonest
+
+
+def _window_turn(job: RunningJob, now: float, policy: Policy, held_back: bool) -> float:
+    """When rule 4 may next take a job past its shield that declared its checkpoints (`model.checkpoint_window`);
+    with a reservation holding a job back, also when it stops being able to (rule 5's sweep then meets it
+    later)."""
+    grace = grace_for(job, policy)
+    opens = checkpoint_window(job, now, grace, policy)
+    if opens > now:
+        return opens
+    closes, reopens = checkpoint_window_closes(job, now, grace, policy)
+    return closes + AFTER if held_back and closes < math.inf else reopens
 
 
 def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float:
@@ -138,6 +163,10 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
                     fixed.append(protected + grace)
                 if shielded > now:
                     fixed.append(shielded + grace)
+                else:
+                    opens = checkpoint_window(job, now, grace, policy)
+                    if opens > now:
+                        fixed.append(opens + grace)
             if job.max_runtime is not None and job.start_time + job.max_runtime > now:
                 fixed.append(job.start_time + job.max_runtime + grace)
         for at in fixed:

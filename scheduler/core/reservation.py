@@ -16,7 +16,16 @@ from dataclasses import dataclass
 
 from .capacity import NOTHING, Capacity, HostState, Release
 from .fairshare import UnitNode, UnitTree, may_take_from, may_take_on_own_path
-from .model import DOMAIN, PREEMPTING, Policy, RunningJob, protected_until, shielded_until
+from .model import (
+    DOMAIN,
+    PREEMPTING,
+    Policy,
+    RunningJob,
+    checkpoint_window,
+    protected_until,
+    shielded_until,
+    waits_for_checkpoints,
+)
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
 
 
@@ -43,17 +52,22 @@ class LeaveTimes:
     """When each running job would give its GPUs to a given waiting job."""
 
     def __init__(self, tree: UnitTree, leaving: dict[str, float], now: float, policy: Policy,
-                 ends: dict | None = None):
+                 ends: dict | None = None, capacity: Capacity | None = None):
         # `ends`: job id -> (job, protected until, shielded until) as a kept state has them (`run_ends`).
         self.tree = tree
         self.leaving = leaving
         self.now = now
         self.policy = policy
         self.ends = ends or {}
+        self.capacity = capacity
+        # Did a leave time wait for a job's checkpoint (`model.checkpoint_window`)? (`quiet.py`)
+        self.windowed = False
 
-    def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False) -> Callable[[RunningJob], float]:
+    def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False,
+                   timed: bool = False) -> Callable[[RunningJob], float]:
         """Leave times for a job of `gainer` charged `charge`; one that needs a whole NVLink domain may take jobs
-        once their protection ends, any other job once their shield does (`model.shield`). For one search: the
+        once their protection ends, any other job once their shield does (`model.shield`), and a job on one host
+        (`timed`) only when a job's declared checkpoints let it (`model.checkpoint_window`). For one search: the
         times are kept, so nothing they depend on may change while it is used."""
         may: dict[str, bool] = {}
         until = protected_until if whole_domain else shielded_until
@@ -85,6 +99,12 @@ class LeaveTimes:
                 if may[job.project]:
                     kept = ends.get(job.id)
                     could_go = max(now, kept[end] if kept is not None and kept[0] is job else until(job, policy))
+                    if not whole_domain:
+                        opens = checkpoint_window(job, could_go, grace_period_for(True, policy), policy)
+                        if opens > could_go and waits_for_checkpoints(timed, whole_domain,
+                                                                      self.capacity.holds_whole_hosts(job)):
+                            could_go = opens
+                            self.windowed = True
                 else:
                     could_go = math.inf
             if job.max_runtime is not None:

@@ -90,11 +90,22 @@ class BoundedSearch:
         self._never_waits: dict[tuple, Wait | None] = {}
         self._resting: dict[tuple, Wait] = {}
         self._no_fit: dict[tuple, int] = {}
-        # (project, class, reservations) -> (GPUs, charge) of a job that found nothing to preempt.
-        self._no_victims: dict[tuple, tuple[int, float]] = {}
+        # (project, class, reservations, whole domain, on one host) -> (GPUs, charge, passed over a job between its
+        # checkpoints) of a job that found nothing to preempt.
+        self._no_victims: dict[tuple, tuple[int, float, bool]] = {}
+        # Job id -> does it need more than one host (`_timed`).
+        self._spans: dict[str, bool] = {}
         # (placement class, reservations) of jobs only a reservation kept from starting.
         self._kept_out: set[tuple] = set()
 
+
+    def _timed(self, job: PendingJob) -> bool:
+        """Does the job fit on one host? Such a job waits for every victim's declared checkpoints, one that needs
+        several hosts only for victims holding whole hosts (`model.waits_for_checkpoints`)."""
+        known = self._spans.get(job.id)
+        if known is None:
+            known = self._spans[job.id] = spans_hosts(self._request(job), self.capacity)
+        return not known
 
     def _whole_domain(self, job: PendingJob) -> bool:
         """Does the job need at least one whole multi-host NVLink domain (rule 5's large jobs)?
@@ -226,8 +237,13 @@ class BoundedSearch:
 
     def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
         """Did a job of its project and class, no bigger and charging no more, find nothing to preempt?"""
-        failed = self._no_victims.get((job.project, preempting, access, self._whole_domain(job)))
+        failed = self._no_victims.get((job.project, preempting, access, self._whole_domain(job), self._timed(job)))
         return failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1]
+
+    def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: int) -> bool:
+        """Did that search pass over jobs between their declared checkpoints (`model.checkpoint_window`)?"""
+        failed = self._no_victims.get((job.project, preempting, access, self._whole_domain(job), self._timed(job)))
+        return failed is not None and failed[2]
 
     @staticmethod
     def _charge(job: PendingJob) -> float:

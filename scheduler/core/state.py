@@ -65,7 +65,7 @@ def running_from(job: PendingJob, start: Start, now: float) -> RunningJob:
         user=job.user, gpu_milli=start.gpu_milli, topology=job.topology, max_runtime=job.max_runtime,
         priority=job.priority, cpus=job.cpus, memory_gib=job.memory_gib, host=start.host,
         mig_profile=start.mig_profile, mig_start=start.mig_start, preemptions=job.preemptions,
-        restart_overhead=job.restart_overhead,
+        restart_overhead=job.restart_overhead, checkpoint_every=job.checkpoint_every,
     )
 
 
@@ -120,6 +120,9 @@ class ClusterState:
         self.held_back = False
         # The last tick kept a job from preempting outside its ancestor while a less-served sibling waited.
         self.scoped = False
+        # The last tick passed over a job between its declared checkpoints for a waiting job (rule 4), or
+        # counted on one leaving at its next checkpoint (rule 5).
+        self.passed_over = False
         self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
         # Project -> how many of its jobs are pending or running (the org tree needs every project named).
         self._projects: Counter[str] = Counter()

@@ -204,7 +204,7 @@ def _job(row: _Row) -> SimJob | None:
         return None
     return SimJob(
         id=values["job_id"], submit=values["submit"], project=values["project"], duration=values["duration"],
-        user=values["user"] or values["project"], checkpoint_every=values["checkpoint_every"],
+        user=values["user"] or values["project"],
         gpu_types=frozenset(t.strip() for t in (values["gpu_type"] or "").split("|") if t.strip()),
         priority=PRIORITIES[values["priority"]], seq=row.number, **{name: values[name] for name in AS_IS},
     )
@@ -253,7 +253,7 @@ def workload_rows(jobs: Iterable[SimJob]) -> list[list[str]]:
     for job in jobs:
         values = {
             "job_id": job.id, "submit": job.submit, "project": job.project, "duration": job.duration,
-            "user": job.user if job.user != job.project else None, "checkpoint_every": job.checkpoint_every,
+            "user": job.user if job.user != job.project else None,
             "gpu_type": "|".join(sorted(job.gpu_types)), "priority": PRIORITY_NAMES[job.priority],
             **{name: getattr(job, name) for name in AS_IS},
         }
