@@ -164,6 +164,7 @@ FIELDS: tuple[JobField, ...] = (
              help="Seconds of work the job needs to finish."),
     JobField("checkpoint_every", SECONDS, default=None, positive=True, maximum=MAX_SECONDS, as_is=True,
              column="checkpoint_every", label="Checkpoint every", placeholder="not declared",
+             hint="e.g. 30m: preempted for fair share only near a checkpoint, so it loses little work",
              cli=("--checkpoint-every",),
              help="Seconds of progress between the checkpoints the job saves (counted afresh from each one it "
                   "reports); the scheduler then preempts it for fair share only when it would lose no more than "
