@@ -6,7 +6,8 @@ from django.utils import timezone
 from budgets.models import Unit
 from scheduler.choices import JobState
 from scheduler.models import GpuAssignment, Job, JobEvent
-from topology.models import Cluster, Gpu
+from topology.choices import HostState
+from topology.models import Cluster, Gpu, Host
 
 
 def make_job(
@@ -41,3 +42,13 @@ def make_job(
         job.state = state
         job.save(update_fields=["state"])
     return job
+
+
+def serve_from_one_host(cluster, host: str, at):
+    """`cluster` run by agents with only `host` in service (the others down), its agent heard from `at`."""
+    cluster.executor = "agent"
+    cluster.heartbeat_timeout_seconds = 3 * 3600
+    cluster.save()
+    Host.objects.exclude(name=host).update(state=HostState.DOWN, state_reason="test: out of service")
+    Host.objects.filter(name=host).update(last_heartbeat_at=at)
+    return cluster

@@ -15,8 +15,7 @@ import time_machine
 from scheduler.models import Job
 from scheduler.snapshot import build_snapshot, seconds
 from scheduler.tick import run_tick
-from tests.factories import make_job
-from topology.choices import HostState
+from tests.factories import make_job, serve_from_one_host
 from topology.models import Host
 
 pytestmark = pytest.mark.django_db
@@ -27,12 +26,8 @@ T0 = datetime(2031, 3, 3, 9, 0, tzinfo=UTC)
 
 @pytest.fixture
 def server(demo):
-    demo.executor = "agent"
-    demo.heartbeat_timeout_seconds = 3 * 3600
-    demo.save()
-    Host.objects.exclude(name=HOST).update(state=HostState.DOWN, state_reason="test: out of service")
-    Host.objects.filter(name=HOST).update(last_heartbeat_at=T0)
-    return demo
+    """The demo cluster run by agents, with one 8-GPU server in service."""
+    return serve_from_one_host(demo, HOST, T0)
 
 
 def test_a_job_is_preempted_in_the_grace_period_before_its_next_checkpoint(server):

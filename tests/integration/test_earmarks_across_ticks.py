@@ -15,7 +15,7 @@ from scheduler.choices import EventKind
 from scheduler.models import Job
 from scheduler.services import job_cancel, job_end_run
 from scheduler.tick import run_tick
-from tests.factories import make_job
+from tests.factories import make_job, serve_from_one_host
 from topology.choices import HostState
 from topology.models import Host
 
@@ -29,13 +29,8 @@ T0 = datetime(2031, 3, 3, 9, 0, tzinfo=UTC)
 @pytest.fixture
 def server(demo):
     """The demo cluster run by agents, with one 8-GPU server in service."""
-    demo.executor = "agent"
-    demo.heartbeat_timeout_seconds = 3 * 3600
-    demo.save()
     assert not Host.objects.get(name=HOST).fast_lane  # hgx-01 is the demo's fast lane
-    Host.objects.exclude(name=HOST).update(state=HostState.DOWN, state_reason="test: out of service")
-    Host.objects.filter(name=HOST).update(last_heartbeat_at=T0)
-    return demo
+    return serve_from_one_host(demo, HOST, T0)
 
 
 def state(job):
