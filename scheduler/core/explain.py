@@ -123,11 +123,13 @@ class Explanation:
             where = "domain" if job.topology == DOMAIN and spans_hosts(self._request(job), self.capacity) else "host"
             return (f"{text}; every {where} that could hold it is held by project {job.project} itself or by units "
                     f"less served than it, which are entitled to keep their GPUs: it waits for jobs to end")
-        blocked = self._reservation_blocking(job)
+        _, placing, preempting = self._classes(job)
+        access = self._access(job)
+        blocked = self._reservation_blocking(placing, access)
         if blocked:
             text = f"{text}; {blocked}"
-        elif job.min_runtime > 0 and self._no_victims_for(job, self._classes(job)[2], self._access(job)):
-            if self._waits_for_checkpoints(job, self._classes(job)[2], self._access(job)):
+        elif job.min_runtime > 0 and self._no_victims_for(job, preempting, access):
+            if self._waits_for_checkpoints(job, preempting, access):
                 text += ("; the jobs it may preempt are between their checkpoints: each is taken early in an "
                          "interval or in the grace period before its next checkpoint, so that it loses little work")
             elif job.project in self._scoped:
@@ -170,9 +172,10 @@ class Explanation:
             return f"largest free is {max(pool.largest_free_group for pool in pools)}"
         return f"{free} free"
 
-    def _reservation_blocking(self, job: PendingJob) -> str:
-        """If, at its turn, only a reservation kept the job out: whose, and until when."""
-        if (self._classes(job)[1], self._access(job)) not in self._kept_out:
+    def _reservation_blocking(self, placing: tuple, access: int) -> str:
+        """If, at its turn, only a reservation kept a job of this placement class and reservation access
+        (`_access`) out: whose, and until when."""
+        if (placing, access) not in self._kept_out:
             return ""
         first = self.reservations[0]
         return (f"the free GPUs that fit were reserved for job {first.job_id} (it starts "

@@ -204,10 +204,14 @@ class BoundedSearch:
 
     def _access(self, job: PendingJob) -> int:
         """Which reservations the job may start under: those lasting at least its protection."""
-        if not self._reserved_until or not job.allocated:
+        reserved_until = self._reserved_until
+        if not reserved_until or not job.min_runtime > 0:
             return 0
         # The request carries `protected_for(job, policy)`, worked out once per job (kept across ticks).
-        return bisect_left(self._reserved_until, self.now + self._request(job).protected_for)
+        req = self._requests.get(job.id)
+        if req is None:
+            req = self._request(job)
+        return bisect_left(reserved_until, self.now + req.protected_for)
 
     def _known_to_wait(self, job: PendingJob) -> bool:
         """This tick already showed the job can't start, preempt or reserve: record that it waits.
@@ -232,7 +236,7 @@ class BoundedSearch:
         allocated = job.min_runtime > 0
         if allocated and self.reservation_attempts < self.policy.max_reservations:
             return None
-        kind, placing, preempting = self._classes(job)
+        kind, placing, preempting = self._keys.get(job.id) or self._classify(job)
         gpus = job.gpus
         if self._never_waits.get((gpus, kind), False) is not None:
             return None
