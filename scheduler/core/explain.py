@@ -64,6 +64,10 @@ class Explanation:
         started, waits, no_estimate = self.started, self.waits, self._entitled_elsewhere
         coming = released[-1] if released else 0
         position = 0
+        # The last tick's statuses on this capacity: one equal in every field is handed out again rather than
+        # built anew (`_same_status`).
+        carried = self.capacity.carried
+        last = carried.get("statuses") or {}
         # Project -> where its first waiting job stands and whether it is allocated, in queue order.
         firsts: dict[str, tuple[int, bool]] = {}
         project = None
@@ -86,8 +90,12 @@ class Explanation:
                 short = demand - free_now
                 if estimate is None and 0 < short <= coming and job.project not in no_estimate:
                     estimate = times[bisect_left(released, short)]
-            result[job_id] = PendingStatus(job_id, text, position, estimate)
+            status = last.get(job_id)
+            if status is None or not _same_status(status, text, position, estimate):
+                status = PendingStatus(job_id, text, position, estimate)
+            result[job_id] = status
         self.queue_order = explain_order(firsts, self.tree, unit_ratios)
+        carried["statuses"] = result
         return result
 
     def _reason(self, job: PendingJob, wait: Wait, head: PendingJob | None, unit_ratios: dict[str, float]) -> str:
@@ -214,3 +222,11 @@ class Explanation:
             timeline.append((when, len(job.gpu_ids)))
         timeline.sort()
         return [t for t, _ in timeline], list(accumulate(g for _, g in timeline))
+
+
+def _same_status(status: PendingStatus, reason: str, position: int, estimate: float | None) -> bool:
+    """Is this status equal to a new one with these fields, down to the type and sign of the estimate?"""
+    if status.position != position or status.reason != reason:
+        return False
+    last = status.estimated_start
+    return last is estimate or (type(last) is type(estimate) and last == estimate and last != 0)
