@@ -64,6 +64,10 @@ class Explanation:
         started, waits, no_estimate = self.started, self.waits, self._entitled_elsewhere
         coming = released[-1] if released else 0
         position = 0
+        # The last tick's statuses on this capacity: one equal in every field is handed out again rather than
+        # built anew (`_same_status`).
+        carried = self.capacity.carried
+        last = carried.get("statuses") or {}
         # Project -> where its first waiting job stands and whether it is allocated, in queue order.
         firsts: dict[str, tuple[int, bool]] = {}
         project = None
@@ -86,8 +90,12 @@ class Explanation:
                 short = demand - free_now
                 if estimate is None and 0 < short <= coming and job.project not in no_estimate:
                     estimate = times[bisect_left(released, short)]
-            result[job_id] = PendingStatus(job_id, text, position, estimate)
+            status = last.get(job_id)
+            if status is None or not _same_status(status, text, position, estimate):
+                status = PendingStatus(job_id, text, position, estimate)
+            result[job_id] = status
         self.queue_order = explain_order(firsts, self.tree, unit_ratios)
+        carried["statuses"] = result
         return result
 
     def _reason(self, job: PendingJob, wait: Wait, head: PendingJob | None, unit_ratios: dict[str, float]) -> str:
@@ -123,11 +131,13 @@ class Explanation:
             where = "domain" if job.topology == DOMAIN and spans_hosts(self._request(job), self.capacity) else "host"
             return (f"{text}; every {where} that could hold it is held by project {job.project} itself or by units "
                     f"less served than it, which are entitled to keep their GPUs: it waits for jobs to end")
-        blocked = self._reservation_blocking(job)
+        _, placing, preempting = self._classes(job)
+        access = self._access(job)
+        blocked = self._reservation_blocking(placing, access)
         if blocked:
             text = f"{text}; {blocked}"
-        elif job.min_runtime > 0 and self._no_victims_for(job, self._classes(job)[2], self._access(job)):
-            if self._waits_for_checkpoints(job, self._classes(job)[2], self._access(job)):
+        elif job.min_runtime > 0 and self._no_victims_for(job, preempting, access):
+            if self._waits_for_checkpoints(job, preempting, access):
                 text += ("; the jobs it may preempt are between their checkpoints: each is taken early in an "
                          "interval or in the grace period before its next checkpoint, so that it loses little work")
             elif job.project in self._scoped:
@@ -170,9 +180,10 @@ class Explanation:
             return f"largest free is {max(pool.largest_free_group for pool in pools)}"
         return f"{free} free"
 
-    def _reservation_blocking(self, job: PendingJob) -> str:
-        """If, at its turn, only a reservation kept the job out: whose, and until when."""
-        if (self._classes(job)[1], self._access(job)) not in self._kept_out:
+    def _reservation_blocking(self, placing: tuple, access: int) -> str:
+        """If, at its turn, only a reservation kept a job of this placement class and reservation access
+        (`_access`) out: whose, and until when."""
+        if (placing, access) not in self._kept_out:
             return ""
         first = self.reservations[0]
         return (f"the free GPUs that fit were reserved for job {first.job_id} (it starts "
@@ -211,3 +222,11 @@ class Explanation:
             timeline.append((when, len(job.gpu_ids)))
         timeline.sort()
         return [t for t, _ in timeline], list(accumulate(g for _, g in timeline))
+
+
+def _same_status(status: PendingStatus, reason: str, position: int, estimate: float | None) -> bool:
+    """Is this status equal to a new one with these fields, down to the type and sign of the estimate?"""
+    if status.position != position or status.reason != reason:
+        return False
+    last = status.estimated_start
+    return last is estimate or (type(last) is type(estimate) and last == estimate and last != 0)

@@ -149,11 +149,14 @@ class _Outlook:
     best: tuple[int, dict[Pool, int], dict[Pool, int]] | None = None
 
     def count(self, candidate: Candidate, sign: int) -> None:
+        host_reach, group_reach, pool_reach = self.host_reach, self.group_reach, self.pool_reach
         for host, release in candidate.parts:
             gpus = sign * release.gpus
-            self.host_reach[host] = self.host_reach.get(host, 0) + gpus
-            self.group_reach[host.group] = self.group_reach.get(host.group, 0) + gpus
-            self.pool_reach[host.group.pool] = self.pool_reach.get(host.group.pool, 0) + gpus
+            group = host.group
+            pool = group.pool
+            host_reach[host] = host_reach.get(host, 0) + gpus
+            group_reach[group] = group_reach.get(group, 0) + gpus
+            pool_reach[pool] = pool_reach.get(pool, 0) + gpus
 
     def reachable(self, req: JobRequest, pools: set[Pool], free_version: int) -> bool:
         """Could `could_fit` hold for any candidate of these blocks? (False: it holds for none.)

@@ -73,8 +73,9 @@ class BoundedSearch:
         carried = capacity.carried if capacity.carried is not None and capacity.carried["policy"] is policy \
             else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}}
         capacity.carried = carried
-        self._carried_jobs: dict[str, tuple[PendingJob, JobRequest, bool | None]] = carried["jobs"]
-        # This tick's: job id -> (job, its request, whole domain or None), handed on at the end (`carry`).
+        self._carried_jobs: dict[str, tuple[PendingJob, JobRequest, bool | None, bool | None]] = carried["jobs"]
+        # This tick's: job id -> (job, its request, whole domain or None, spans hosts or None), handed on at the
+        # end (`carry`).
         self._jobs_seen: dict[str, list] = {}
         self._requests: dict[str, JobRequest] = {}
         self._whole: dict[str, bool] = {}
@@ -104,7 +105,14 @@ class BoundedSearch:
         several hosts only for victims holding whole hosts (`model.waits_for_checkpoints`)."""
         known = self._spans.get(job.id)
         if known is None:
-            known = self._spans[job.id] = spans_hosts(self._request(job), self.capacity)
+            req = self._request(job)
+            carried = self._carried_jobs.get(job.id)
+            if carried is not None and carried[0] is job and carried[3] is not None:
+                known = carried[3]
+            else:
+                known = spans_hosts(req, self.capacity)
+            self._spans[job.id] = known
+            self._jobs_seen[job.id][3] = known
         return not known
 
     def _whole_domain(self, job: PendingJob) -> bool:
@@ -131,7 +139,7 @@ class BoundedSearch:
             carried = self._carried_jobs.get(job.id)
             req = carried[1] if carried is not None and carried[0] is job else JobRequest.of(job, self.policy)
             self._requests[job.id] = req
-            self._jobs_seen[job.id] = [job, req, None]
+            self._jobs_seen[job.id] = [job, req, None, None]
         return req
 
     def carry(self) -> None:
@@ -196,10 +204,14 @@ class BoundedSearch:
 
     def _access(self, job: PendingJob) -> int:
         """Which reservations the job may start under: those lasting at least its protection."""
-        if not self._reserved_until or not job.allocated:
+        reserved_until = self._reserved_until
+        if not reserved_until or not job.min_runtime > 0:
             return 0
         # The request carries `protected_for(job, policy)`, worked out once per job (kept across ticks).
-        return bisect_left(self._reserved_until, self.now + self._request(job).protected_for)
+        req = self._requests.get(job.id)
+        if req is None:
+            req = self._request(job)
+        return bisect_left(reserved_until, self.now + req.protected_for)
 
     def _known_to_wait(self, job: PendingJob) -> bool:
         """This tick already showed the job can't start, preempt or reserve: record that it waits.
@@ -224,7 +236,7 @@ class BoundedSearch:
         allocated = job.min_runtime > 0
         if allocated and self.reservation_attempts < self.policy.max_reservations:
             return None
-        kind, placing, preempting = self._classes(job)
+        kind, placing, preempting = self._keys.get(job.id) or self._classify(job)
         gpus = job.gpus
         if self._never_waits.get((gpus, kind), False) is not None:
             return None
