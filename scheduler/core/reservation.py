@@ -66,9 +66,10 @@ class LeaveTimes:
     def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False,
                    timed: bool = False) -> Callable[[RunningJob], float]:
         """Leave times for a job of `gainer` charged `charge`; one that needs a whole NVLink domain may take jobs
-        once their protection ends, any other job once their shield does (`model.shield`), and a job on one host
-        (`timed`) only when a job's declared checkpoints let it (`model.checkpoint_window`). For one search: the
-        times are kept, so nothing they depend on may change while it is used."""
+        once their protection ends, any other job once their shield does (`model.shield`) and, where
+        `model.waits_for_checkpoints` says so (`timed`: the job fits on one host), when its declared checkpoints
+        let it (`model.checkpoint_window`). For one search: the times are kept, so nothing they depend on may
+        change while it is used."""
         may: dict[str, bool] = {}
         until = protected_until if whole_domain else shielded_until
         # Which of the kept ends applies: protection for a whole-domain job, the shield for any other.
