@@ -182,7 +182,7 @@ class Cycle(BoundedSearch, Explanation):
         # Running job id -> (the job, when its protection ends, when its shield ends), as a kept state has them.
         self._run_ends = run_ends
         self.victims = Victims(running, tree, capacity, set(leave_at), now, policy, run_ends)
-        self.leave_times = LeaveTimes(tree, leave_at, now, policy, run_ends, capacity)
+        self.leave_times = LeaveTimes(tree, leave_at, now, policy, capacity, run_ends)
         self.starts: list[Start] = []
         self.preemptions: list[Preemption] = []
         self.reservations: list[Reservation] = []
@@ -329,12 +329,13 @@ class Cycle(BoundedSearch, Explanation):
         if not self._no_victims_for(job, preempting, access):
             scope, waiting = self._preemption_scope(gainer)
             passed_over = self.victims.passed_over
-            plan = self.victims.find(self._request(job), gainer, charge, self._host_filter(self._request(job)),
-                                     within=scope, whole_domain=self._whole_domain(job), timed=self._timed(job))
+            req = self._request(job)
+            plan = self.victims.find(req, gainer, charge, self._host_filter(req), within=scope,
+                                     whole_domain=self._whole_domain(job), one_host=self._on_one_host(job))
             if plan is not None:
                 self._preempt(job, plan)
                 return True
-            self._no_victims[(job.project, preempting, access, self._whole_domain(job), self._timed(job))] = (
+            self._no_victims[self._no_victims_key(job, preempting, access)] = (
                 job.gpus, charge, self.victims.passed_over > passed_over)
             if scope is not None:
                 self._scoped.setdefault(job.project, (scope.name, waiting))
@@ -373,7 +374,7 @@ class Cycle(BoundedSearch, Explanation):
         """Rule 5 (and defragmentation): hold where the job can start earliest."""
         req = self._request(job)
         gainer = self.tree.nodes[job.project]
-        leave_time = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job), self._timed(job))
+        leave_time = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job), self._on_one_host(job))
         outlook = earliest_start(req, self.capacity, leave_time, self._host_filter(req), self.now)
         if req.topology == DOMAIN and req.gpus > 1:
             moves = plan_defrag(

@@ -15,6 +15,7 @@ from . import reasons
 from .fairshare import explain_order
 from .model import DOMAIN, RUNNING, WHOLE_GPU_MILLI, PendingJob, PendingStatus, protected_until
 from .placement import pools_for, spans_hosts
+from .reservation import grace_period_for
 from .search import (
     BACKING_OFF,
     DEFRAGMENTING,
@@ -198,7 +199,6 @@ class Explanation:
         now, policy = self.now, self.policy
         # `protected_until` of the running jobs, as a kept state has them (`ClusterState.run_ends`).
         ends = self._run_ends or {}
-        grace_allocated, grace_unallocated = policy.grace_period, policy.unallocated_grace
         for job in chain(self.running, self.started_jobs):
             held = held_by(job.id)
             if held and held[0][0].group is None or job.mig_profile:
@@ -218,7 +218,7 @@ class Explanation:
                     when = min(when, job.start_time + job.max_runtime)
                 if when == math.inf:
                     continue
-                when += grace_allocated if allocated else grace_unallocated
+                when += grace_period_for(allocated, policy)
             timeline.append((when, len(job.gpu_ids)))
         timeline.sort()
         return [t for t, _ in timeline], list(accumulate(g for _, g in timeline))

@@ -312,13 +312,13 @@ class Victims:
         self.capacity_changed()
 
     def find(self, req: JobRequest, gainer: UnitNode, charge: float, host_ok: HostFilter,
-             within: UnitNode | None = None, whole_domain: bool = False, timed: bool = False) -> VictimPlan | None:
+             within: UnitNode | None = None, whole_domain: bool = False, one_host: bool = False) -> VictimPlan | None:
         """The victims whose GPUs would let the job start, or None.
 
         Only candidates freeing GPUs where the job could fit at all are tried
         (an upper bound kept per set of blocks the gainer may take from). A
         search that finds nothing is remembered until the next decision, so
-        jobs like it then cost a lookup. `timed`: a job that fits on one host
+        jobs like it then cost a lookup. `one_host`: the job fits on one host
         (who waits for victims' checkpoints: `model.waits_for_checkpoints`).
         """
         search = self._search(req, host_ok)
@@ -326,7 +326,7 @@ class Victims:
         # Fractions and jobs with earmarks skip the upper bound (it counts neither).
         bounded = not (req.shared or req.earmarked)
         hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
-                        req.protected_for, whole_domain, timed)
+                        req.protected_for, whole_domain, one_host)
         if bounded:
             if outlook.hopeless.get(hopeless_key) == self._capacity_version:
                 return None
@@ -343,7 +343,7 @@ class Victims:
                 if (candidate.taken or candidate.shielded and not whole_domain
                         or bounded and not outlook.could_fit(candidate, req, search.pools)):
                     continue
-                if candidate.between_checkpoints and waits_for_checkpoints(timed, whole_domain,
+                if candidate.between_checkpoints and waits_for_checkpoints(one_host, whole_domain,
                                                                            candidate.whole_hosts):
                     self.passed_over += 1
                     continue

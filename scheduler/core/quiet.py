@@ -156,7 +156,7 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
             fixed = [job.grace_ends] if job.grace_ends is not None else []
         else:
             fixed = []
-            grace = policy.grace_period if job.allocated else policy.unallocated_grace
+            grace = grace_for(job, policy)
             if job.allocated:
                 _, protected, shielded = run_ends[job.id]
                 if protected > now:

@@ -51,8 +51,8 @@ class Outlook:
 class LeaveTimes:
     """When each running job would give its GPUs to a given waiting job."""
 
-    def __init__(self, tree: UnitTree, leaving: dict[str, float], now: float, policy: Policy,
-                 ends: dict | None = None, capacity: Capacity | None = None):
+    def __init__(self, tree: UnitTree, leaving: dict[str, float], now: float, policy: Policy, capacity: Capacity,
+                 ends: dict | None = None):
         # `ends`: job id -> (job, protected until, shielded until) as a kept state has them (`run_ends`).
         self.tree = tree
         self.leaving = leaving
@@ -64,10 +64,10 @@ class LeaveTimes:
         self.windowed = False
 
     def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False,
-                   timed: bool = False) -> Callable[[RunningJob], float]:
+                   one_host: bool = False) -> Callable[[RunningJob], float]:
         """Leave times for a job of `gainer` charged `charge`; one that needs a whole NVLink domain may take jobs
         once their protection ends, any other job once their shield does (`model.shield`) and, where
-        `model.waits_for_checkpoints` says so (`timed`: the job fits on one host), when its declared checkpoints
+        `model.waits_for_checkpoints` says so (`one_host`: the job fits on one host), when its declared checkpoints
         let it (`model.checkpoint_window`). For one search: the times are kept, so nothing they depend on may
         change while it is used."""
         may: dict[str, bool] = {}
@@ -102,7 +102,7 @@ class LeaveTimes:
                     could_go = max(now, kept[end] if kept is not None and kept[0] is job else until(job, policy))
                     if not whole_domain:
                         opens = checkpoint_window(job, could_go, grace_period_for(True, policy), policy)
-                        if opens > could_go and waits_for_checkpoints(timed, whole_domain,
+                        if opens > could_go and waits_for_checkpoints(one_host, whole_domain,
                                                                       self.capacity.holds_whole_hosts(job)):
                             could_go = opens
                             self.windowed = True

@@ -33,6 +33,9 @@ from .placement import (
     spans_hosts,
 )
 
+# Slots of a job's entry in `_jobs_seen` (and the carried one) holding facts of its request.
+_WHOLE_DOMAIN, _SPANS_HOSTS = 2, 3
+
 # What happened to a job that did not start.
 NEVER = "never"  # no healthy capacity could ever hold it
 NO_ROOM = "no_room"  # nothing fits now, nothing it may preempt
@@ -94,26 +97,16 @@ class BoundedSearch:
         # (project, class, reservations, whole domain, on one host) -> (GPUs, charge, passed over a job between its
         # checkpoints) of a job that found nothing to preempt.
         self._no_victims: dict[tuple, tuple[int, float, bool]] = {}
-        # Job id -> does it need more than one host (`_timed`).
+        # Job id -> does it need more than one host (`_on_one_host`).
         self._spans: dict[str, bool] = {}
         # (placement class, reservations) of jobs only a reservation kept from starting.
         self._kept_out: set[tuple] = set()
 
 
-    def _timed(self, job: PendingJob) -> bool:
+    def _on_one_host(self, job: PendingJob) -> bool:
         """Does the job fit on one host? Such a job waits for every victim's declared checkpoints, one that needs
         several hosts only for victims holding whole hosts (`model.waits_for_checkpoints`)."""
-        known = self._spans.get(job.id)
-        if known is None:
-            req = self._request(job)
-            carried = self._carried_jobs.get(job.id)
-            if carried is not None and carried[0] is job and carried[3] is not None:
-                known = carried[3]
-            else:
-                known = spans_hosts(req, self.capacity)
-            self._spans[job.id] = known
-            self._jobs_seen[job.id][3] = known
-        return not known
+        return not self._carried_fact(job, self._spans, _SPANS_HOSTS, spans_hosts)
 
     def _whole_domain(self, job: PendingJob) -> bool:
         """Does the job need at least one whole multi-host NVLink domain (rule 5's large jobs)?
@@ -121,17 +114,22 @@ class BoundedSearch:
         Such a job may preempt a job once its protection ends, though earlier preemptions still shield it from
         others (`model.shield`), so the large jobs' bound (cap + grace + tick) holds.
         """
-        known = self._whole.get(job.id)
-        if known is None:
+        return self._carried_fact(job, self._whole, _WHOLE_DOMAIN, needs_whole_domain)
+
+    def _carried_fact(self, job: PendingJob, known: dict[str, bool], slot: int, derive) -> bool:
+        """A fact of the job's request, worked out once per tick and carried to the next tick on this capacity
+        while the job is the same object (slot `slot` of `_jobs_seen`)."""
+        fact = known.get(job.id)
+        if fact is None:
             req = self._request(job)
             carried = self._carried_jobs.get(job.id)
-            if carried is not None and carried[0] is job and carried[2] is not None:
-                known = carried[2]
+            if carried is not None and carried[0] is job and carried[slot] is not None:
+                fact = carried[slot]
             else:
-                known = needs_whole_domain(req, self.capacity)
-            self._whole[job.id] = known
-            self._jobs_seen[job.id][2] = known
-        return known
+                fact = derive(req, self.capacity)
+            known[job.id] = fact
+            self._jobs_seen[job.id][slot] = fact
+        return fact
 
     def _request(self, job: PendingJob) -> JobRequest:
         req = self._requests.get(job.id)
@@ -249,13 +247,17 @@ class BoundedSearch:
 
     def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
         """Did a job of its project and class, no bigger and charging no more, find nothing to preempt?"""
-        failed = self._no_victims.get((job.project, preempting, access, self._whole_domain(job), self._timed(job)))
+        failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
         return failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1]
 
     def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: int) -> bool:
         """Did that search pass over jobs between their declared checkpoints (`model.checkpoint_window`)?"""
-        failed = self._no_victims.get((job.project, preempting, access, self._whole_domain(job), self._timed(job)))
+        failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
         return failed is not None and failed[2]
+
+    def _no_victims_key(self, job: PendingJob, preempting: tuple, access: int) -> tuple:
+        """What a failed victim search stands for (`_no_victims`): jobs alike in all of it search alike."""
+        return job.project, preempting, access, self._whole_domain(job), self._on_one_host(job)
 
     @staticmethod
     def _charge(job: PendingJob) -> float:

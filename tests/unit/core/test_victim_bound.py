@@ -16,7 +16,7 @@ def test_the_bound_ends_only_searches_no_candidate_could_fit() -> None:
     original = Victims.find
     ended = []
 
-    def checked(self, req, gainer, charge, host_ok, within=None, whole_domain=False, timed=False):
+    def checked(self, req, gainer, charge, host_ok, within=None, whole_domain=False, one_host=False):
         if not (req.shared or req.earmarked):
             pools = self._search(req, host_ok).pools
             eligible, outlook = self._outlook(gainer, charge, within, whole_domain)
@@ -24,7 +24,7 @@ def test_the_bound_ends_only_searches_no_candidate_could_fit() -> None:
                 ended.append(req.job_id)
                 assert not any(not candidate.taken and outlook.could_fit(candidate, req, pools)
                                for block, _ in eligible for candidate in block.candidates)
-        return original(self, req, gainer, charge, host_ok, within, whole_domain, timed)
+        return original(self, req, gainer, charge, host_ok, within, whole_domain, one_host)
 
     Victims.find = checked
     try:
