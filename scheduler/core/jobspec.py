@@ -168,7 +168,8 @@ FIELDS: tuple[JobField, ...] = (
              cli=("--checkpoint-every",),
              help="Seconds of progress between the checkpoints the job saves (counted afresh from each one it "
                   "reports); the scheduler then preempts it for fair share only when it would lose no more than "
-                  "the wait for its next one: early in an interval, or in the grace period before a checkpoint. "
+                  "the wait for its next one (at most 30 min): early in an interval, or in the grace period before a "
+                  "checkpoint. "
                   "Empty: not declared (the simulator: it resumes exactly where it stopped)."),
     JobField("priority", CHOICE, default="normal", choices=tuple((name, name) for name in PRIORITIES),
              column="priority", label="Priority in the project", cli=("--priority",),

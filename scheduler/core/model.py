@@ -373,6 +373,11 @@ def checkpoint_due(job: RunningJob, at: float, policy: Policy) -> float | None:
     return since + math.ceil((at - since) / every) * every
 
 
+# The longest a waiting job waits for a victim's declared checkpoint (`checkpoint_window`). The job's owner
+# declares the interval: without a bound, a long one would shield it from fair share for hours at a time.
+MAX_CHECKPOINT_WAIT = 30 * 60
+
+
 def checkpoint_window(job: RunningJob, at: float, grace: float, policy: Policy) -> float:
     """The first moment from `at` at which rule 4 may take the job for fair share, by its declared checkpoints.
 
@@ -382,8 +387,9 @@ def checkpoint_window(job: RunningJob, at: float, grace: float, policy: Policy) 
     interval is taken only while the work it would lose is no more than the
     wait for its next checkpoint's grace period: in the first half of an
     interval, or in the grace period before a checkpoint (where it loses
-    nothing). The job waiting for its GPUs waits at most half an interval,
-    and a victim loses at most half. Jobs that declared none: `at`.
+    nothing), or while that grace period is more than `MAX_CHECKPOINT_WAIT`
+    away. The job waiting for its GPUs waits at most half an interval and
+    at most `MAX_CHECKPOINT_WAIT`. Jobs that declared none: `at`.
     """
     due = checkpoint_due(job, at, policy)
     if due is None or _may_take(job, at, due, grace, policy):
@@ -418,7 +424,7 @@ def checkpoint_window_closes(job: RunningJob, at: float, grace: float, policy: P
         previous, due = due, due + every
     else:
         previous = _previous_checkpoint(job, due, policy)
-    return (previous + due - grace) / 2, due - grace
+    return max((previous + due - grace) / 2, due - grace - MAX_CHECKPOINT_WAIT), due - grace
 
 
 def _previous_checkpoint(job: RunningJob, due: float, policy: Policy) -> float:
@@ -430,9 +436,11 @@ def _previous_checkpoint(job: RunningJob, due: float, policy: Policy) -> float:
 
 
 def _may_take(job: RunningJob, at: float, due: float, grace: float, policy: Policy) -> bool:
-    """Would preempting the job at `at` lose no more work than waiting for its checkpoint at `due`?"""
+    """Would preempting the job at `at` lose no more work than waiting for its checkpoint at `due`, or would the
+    wait be longer than `MAX_CHECKPOINT_WAIT`?"""
     opens = due - grace
-    return at >= opens or at - _previous_checkpoint(job, due, policy) <= opens - at
+    wait = opens - at
+    return wait <= 0 or wait >= MAX_CHECKPOINT_WAIT or at - _previous_checkpoint(job, due, policy) <= wait
 
 
 def protected_until(job: RunningJob, policy: Policy) -> float:

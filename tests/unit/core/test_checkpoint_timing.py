@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from scheduler.core import Policy, schedule
 from scheduler.core.engine import decide
-from scheduler.core.model import checkpoint_due, checkpoint_window, checkpoint_window_closes
+from scheduler.core.model import MAX_CHECKPOINT_WAIT, checkpoint_due, checkpoint_window, checkpoint_window_closes
 from scheduler.core.quiet import quiet_until
 from scheduler.core.state import ClusterState
 
@@ -53,6 +53,14 @@ def test_checkpoints_come_every_interval_of_progress_and_a_restart_makes_progres
     assert checkpoint_window(job, DAY + 1800, 60, POLICY) == DAY + 1800
     assert checkpoint_window_closes(job, DAY + 100, 60, POLICY) == (DAY + 870, DAY + 1740)
     assert checkpoint_window_closes(job, DAY + 1750, 60, POLICY) == (DAY + 1800 + 870, DAY + 3540)
+    # However long the declared interval, nobody waits for it more than MAX_CHECKPOINT_WAIT: the job's owner
+    # declares it. Every 16 h: taken until 30 min before the grace period before its checkpoint.
+    long = replace(job, checkpoint_every=16 * HOUR)
+    opens = START + 16 * HOUR - 60
+    assert checkpoint_window(long, DAY + 10 * HOUR, 60, POLICY) == DAY + 10 * HOUR
+    assert checkpoint_window(long, opens - MAX_CHECKPOINT_WAIT, 60, POLICY) == opens - MAX_CHECKPOINT_WAIT
+    assert checkpoint_window(long, opens - MAX_CHECKPOINT_WAIT + 1, 60, POLICY) == opens
+    assert checkpoint_window_closes(long, START + 2 * HOUR, 60, POLICY) == (opens - MAX_CHECKPOINT_WAIT, opens)
     # Checkpoints no further apart than the grace period: always.
     assert checkpoint_window(replace(job, checkpoint_every=50), DAY + 7, 60, POLICY) == DAY + 7
 
