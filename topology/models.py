@@ -50,6 +50,10 @@ class Cluster(models.Model):
         null=True, blank=True,
         help_text="Each preemption doubles a job's next shield from fair-share preemption up to this (empty: twice "
                   "the cap on minimum runtime); jobs that need a whole NVLink domain may take it once the cap is over.")
+    max_checkpoint_wait_seconds = models.PositiveIntegerField(
+        default=30 * 60,
+        help_text="The longest a job waits for a running job's declared checkpoint before preempting it for fair "
+                  "share anyway (0: nobody waits for checkpoints).")
     executor = models.CharField(max_length=16, choices=Executor.choices, default=Executor.AGENT)
     # Agents never run a job as uid 0 (an account mapped to root, or a single-user agent running as root)
     # unless this is set.
@@ -95,6 +99,7 @@ class Cluster(models.Model):
             unallocated_backoff=self.unallocated_backoff_seconds,
             max_unallocated_backoff=self.max_unallocated_backoff_seconds,
             max_preempted_protection=self.max_preempted_protection_seconds,
+            max_checkpoint_wait=self.max_checkpoint_wait_seconds,
         )
 
     def clean(self):

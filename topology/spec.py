@@ -36,6 +36,7 @@ POLICY_FIELDS = {
     "unallocated_backoff": ("unallocated_backoff_seconds", "duration"),
     "max_unallocated_backoff": ("max_unallocated_backoff_seconds", "duration"),
     "max_preempted_protection": ("max_preempted_protection_seconds", "duration"),
+    "max_checkpoint_wait": ("max_checkpoint_wait_seconds", "duration"),
     "executor": ("executor", "executor"),
     "allow_root_jobs": ("allow_root_jobs", "bool"),
     "submit": ("submit_policy", "submit"),

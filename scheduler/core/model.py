@@ -87,6 +87,10 @@ class Policy:
     # fair-share preemption, up to this many seconds (None: 2 × `max_min_runtime`). Past the cap on minimum
     # runtime only jobs that need a whole NVLink domain may take it (`shielded_until`), so rule 5's bound holds.
     max_preempted_protection: float | None = None
+    # The longest a waiting job waits for a victim's declared checkpoint before rule 4 takes it anyway
+    # (`checkpoint_window`). The job's owner declares the interval: without a bound, a long one would shield it
+    # from fair share for hours at a time. 0: nobody waits for checkpoints.
+    max_checkpoint_wait: float = 30 * 60
 
 
 @dataclass(frozen=True)
@@ -373,11 +377,6 @@ def checkpoint_due(job: RunningJob, at: float, policy: Policy) -> float | None:
     return since + math.ceil((at - since) / every) * every
 
 
-# The longest a waiting job waits for a victim's declared checkpoint (`checkpoint_window`). The job's owner
-# declares the interval: without a bound, a long one would shield it from fair share for hours at a time.
-MAX_CHECKPOINT_WAIT = 30 * 60
-
-
 def checkpoint_window(job: RunningJob, at: float, grace: float, policy: Policy) -> float:
     """The first moment from `at` at which rule 4 may take the job for fair share, by its declared checkpoints.
 
@@ -387,9 +386,9 @@ def checkpoint_window(job: RunningJob, at: float, grace: float, policy: Policy) 
     interval is taken only while the work it would lose is no more than the
     wait for its next checkpoint's grace period: in the first half of an
     interval, or in the grace period before a checkpoint (where it loses
-    nothing), or while that grace period is more than `MAX_CHECKPOINT_WAIT`
-    away. The job waiting for its GPUs waits at most half an interval and
-    at most `MAX_CHECKPOINT_WAIT`. Jobs that declared none: `at`.
+    nothing), or while that grace period is more than the policy's
+    `max_checkpoint_wait` away. The job waiting for its GPUs waits at most
+    half an interval and at most that. Jobs that declared none: `at`.
     """
     due = checkpoint_due(job, at, policy)
     if due is None or _may_take(job, at, due, grace, policy):
@@ -417,14 +416,14 @@ def checkpoint_window_closes(job: RunningJob, at: float, grace: float, policy: P
     (inf, inf: it always may)."""
     due = checkpoint_due(job, at, policy)
     every = job.checkpoint_every
-    if due is None or every <= grace:
+    if due is None or every <= grace or policy.max_checkpoint_wait <= 0:
         return math.inf, math.inf
     if due - at <= grace:
         # In the grace period before a checkpoint: it stays takeable through the first half of the next interval.
         previous, due = due, due + every
     else:
         previous = _previous_checkpoint(job, due, policy)
-    return max((previous + due - grace) / 2, due - grace - MAX_CHECKPOINT_WAIT), due - grace
+    return max((previous + due - grace) / 2, due - grace - policy.max_checkpoint_wait), due - grace
 
 
 def _previous_checkpoint(job: RunningJob, due: float, policy: Policy) -> float:
@@ -437,10 +436,10 @@ def _previous_checkpoint(job: RunningJob, due: float, policy: Policy) -> float:
 
 def _may_take(job: RunningJob, at: float, due: float, grace: float, policy: Policy) -> bool:
     """Would preempting the job at `at` lose no more work than waiting for its checkpoint at `due`, or would the
-    wait be longer than `MAX_CHECKPOINT_WAIT`?"""
+    wait be longer than the policy's `max_checkpoint_wait`?"""
     opens = due - grace
     wait = opens - at
-    return wait <= 0 or wait >= MAX_CHECKPOINT_WAIT or at - _previous_checkpoint(job, due, policy) <= wait
+    return wait <= 0 or wait >= policy.max_checkpoint_wait or at - _previous_checkpoint(job, due, policy) <= wait
 
 
 def protected_until(job: RunningJob, policy: Policy) -> float:

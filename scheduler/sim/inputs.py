@@ -38,6 +38,7 @@ POLICY_FIELDS = {
     "unallocated_backoff_seconds": "unallocated_backoff",
     "max_unallocated_backoff_seconds": "max_unallocated_backoff",
     "max_preempted_protection_seconds": "max_preempted_protection",
+    "max_checkpoint_wait_seconds": "max_checkpoint_wait",
 }
 
 

@@ -168,3 +168,16 @@ def test_the_shield_cap_is_a_policy_key_the_tick_and_the_simulator_read_alike(tm
     cluster, _ = load_cluster_file(write(tmp_path, spec))
     assert cluster.scheduling_policy().max_preempted_protection == 12 * 3600
     assert read_cluster(write(tmp_path, spec, "sim.yaml")).policy.max_preempted_protection == 12 * 3600
+
+
+def test_the_longest_wait_for_a_checkpoint_is_a_policy_key_the_tick_and_the_simulator_read_alike(tmp_path):
+    from scheduler.sim.inputs import read_cluster
+
+    default, _ = load_cluster_file(write(tmp_path, SPEC))
+    assert default.scheduling_policy().max_checkpoint_wait == 30 * 60
+    spec = {**SPEC, "policy": {**SPEC["policy"], "max_checkpoint_wait": "0s"}}
+    cluster, _ = load_cluster_file(write(tmp_path, spec))
+    assert cluster.scheduling_policy().max_checkpoint_wait == 0
+    assert read_cluster(write(tmp_path, spec, "sim.yaml")).policy.max_checkpoint_wait == 0
+    with pytest.raises(LoadError, match="policy.max_checkpoint_wait"):
+        load_cluster_file(write(tmp_path, {**SPEC, "policy": {**SPEC["policy"], "max_checkpoint_wait": "soon"}}))

@@ -5,11 +5,12 @@ checkpoint falls while it runs on through its grace and the work is kept (`model
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 from scheduler.core import Policy, schedule
 from scheduler.core.engine import decide
-from scheduler.core.model import MAX_CHECKPOINT_WAIT, checkpoint_due, checkpoint_window, checkpoint_window_closes
+from scheduler.core.model import checkpoint_due, checkpoint_window, checkpoint_window_closes
 from scheduler.core.quiet import quiet_until
 from scheduler.core.state import ClusterState
 
@@ -53,14 +54,15 @@ def test_checkpoints_come_every_interval_of_progress_and_a_restart_makes_progres
     assert checkpoint_window(job, DAY + 1800, 60, POLICY) == DAY + 1800
     assert checkpoint_window_closes(job, DAY + 100, 60, POLICY) == (DAY + 870, DAY + 1740)
     assert checkpoint_window_closes(job, DAY + 1750, 60, POLICY) == (DAY + 1800 + 870, DAY + 3540)
-    # However long the declared interval, nobody waits for it more than MAX_CHECKPOINT_WAIT: the job's owner
-    # declares it. Every 16 h: taken until 30 min before the grace period before its checkpoint.
+    # However long the declared interval, nobody waits for it more than the policy's max_checkpoint_wait (30 min
+    # by default): the job's owner declares it. Every 16 h: taken until 30 min before the grace period before
+    # its checkpoint.
     long = replace(job, checkpoint_every=16 * HOUR)
     opens = START + 16 * HOUR - 60
     assert checkpoint_window(long, DAY + 10 * HOUR, 60, POLICY) == DAY + 10 * HOUR
-    assert checkpoint_window(long, opens - MAX_CHECKPOINT_WAIT, 60, POLICY) == opens - MAX_CHECKPOINT_WAIT
-    assert checkpoint_window(long, opens - MAX_CHECKPOINT_WAIT + 1, 60, POLICY) == opens
-    assert checkpoint_window_closes(long, START + 2 * HOUR, 60, POLICY) == (opens - MAX_CHECKPOINT_WAIT, opens)
+    assert checkpoint_window(long, opens - POLICY.max_checkpoint_wait, 60, POLICY) == opens - POLICY.max_checkpoint_wait
+    assert checkpoint_window(long, opens - POLICY.max_checkpoint_wait + 1, 60, POLICY) == opens
+    assert checkpoint_window_closes(long, START + 2 * HOUR, 60, POLICY) == (opens - POLICY.max_checkpoint_wait, opens)
     # Checkpoints no further apart than the grace period: always.
     assert checkpoint_window(replace(job, checkpoint_every=50), DAY + 7, 60, POLICY) == DAY + 7
 
@@ -98,6 +100,16 @@ def test_a_job_that_declared_no_interval_or_keeps_nothing_is_taken_at_once() -> 
     for victim in (_victim(checkpoint_every=None), _victim(resumable=False)):
         decided = schedule(_snap(victim), now=DAY + 100, policy=POLICY)
         assert [(p.job_id, p.preemptor) for p in decided.preemptions] == [("v", "g")], victim
+
+
+def test_a_cluster_whose_max_checkpoint_wait_is_zero_waits_for_no_checkpoint() -> None:
+    """The operator's switch (cluster policy `max_checkpoint_wait: 0`): late in its interval the job is taken
+    at once, as if it had declared none."""
+    off = replace(POLICY, max_checkpoint_wait=0)
+    decided = schedule(_snap(_victim()), now=DAY + 1000, policy=off)
+    assert [(p.job_id, p.preemptor) for p in decided.preemptions] == [("v", "g")]
+    assert checkpoint_window(_victim(), DAY + 1000, 60, off) == DAY + 1000
+    assert checkpoint_window_closes(_victim(), DAY + 1000, 60, off) == (math.inf, math.inf)
 
 
 def test_a_job_that_needs_a_whole_nvlink_domain_does_not_wait_for_checkpoints() -> None:
