@@ -85,6 +85,11 @@ class Cluster(models.Model):
         value = self.submit_policy
         return f"submit: [{', '.join(value)}]" if isinstance(value, list) else f"submit: {value}"
 
+    @property
+    def shield_cap_seconds(self) -> float:
+        """The longest shield from fair-share preemption a preempted job gets (`model.preempted_protection_cap`)."""
+        return core.preempted_protection_cap(self.scheduling_policy())
+
     def scheduling_policy(self) -> core.Policy:
         return core.Policy(
             tick=self.tick_seconds,

@@ -45,6 +45,10 @@ def test_the_dashboard_shows_the_cluster_now(demo, client):
     assert "1</div><div class=\"label\">pending jobs asking 64 GPUs (64 allocated)" in html
     assert html.count('class="card domain-card"') == 12
     assert "XID 79 (GPU has fallen off the bus)" in html  # the health policy
+    # What a preemption costs and what bounds it, from the cluster's policy (the demo's defaults).
+    assert "5m per restart, for jobs that give none" in html
+    assert "up to 16h; an unallocated job waits 5m after its first preemption, doubling up to 1h" in html
+    assert "waits up to 30m for its victim's declared checkpoint" in html
     assert 'src="/static/plotly/plotly.min.js"' in html and 'src="/static/js/dashboard.js"' in html
     # htmx asks for the live part alone.
     part = client.get("/clusters/gb200-east/", HTTP_HX_REQUEST="true").content.decode()
