@@ -110,6 +110,8 @@ class DemoLoad:
             resumable=resumable, topology=topology, name=f"demo-{member.unit.name}-{gpus}g",
             command=f"python train.py --gpus {gpus}", simulated_duration=self.random.randint(low, high),
             gpu_type="GB200" if topology == "domain" else "",
+            # Training checkpoints every 10 minutes of work: the scheduler times fair-share preemptions by them.
+            checkpoint_every=600 if resumable and min_runtime else None,
         )
         try:
             job_submit(user=member.user, request=request)

@@ -20,7 +20,7 @@ from scheduler.core import jobspec
 from scheduler.core.durations import format_duration, parse_cli_duration
 from scheduler.core.lifecycle import Cause
 from scheduler.core.model import gpu_host
-from scheduler.executors import default_duration
+from scheduler.executors import default_duration, simulated_progress
 from scheduler.forms import HistoryForm, UsageForm
 from scheduler.models import Job
 from scheduler.selectors import UnknownName, job_history, live_gpu_ids
@@ -46,10 +46,11 @@ def _simulated_work(job) -> dict | None:
     """How far a simulated job's work has come (the demo's accelerated clock)."""
     if job.cluster.executor != "simulated":
         return None
-    needed = job.simulated_duration or default_duration(job)
-    done = job.work_done
-    if job.is_live and job.run_started_at:
-        done += (timezone.now() - job.run_started_at).total_seconds() * settings.ALLOT_SIMULATION_SPEED
+    if job.is_live:
+        progress = simulated_progress(job, now=timezone.now(), policy=job.cluster.scheduling_policy())
+        done, needed = progress.done, progress.needed
+    else:
+        done, needed = job.work_done, job.simulated_duration or default_duration(job)
     return {"done": min(done, needed), "needed": needed, "speed": settings.ALLOT_SIMULATION_SPEED}
 
 
