@@ -55,7 +55,7 @@ from .placement import (
     Placement,
 )
 from .preemption import VictimPlan, Victims
-from .reservation import LeaveTimes, earliest_start, grace_for
+from .reservation import Claimed, LeaveTimes, earliest_start, grace_for
 from .search import (
     BACKING_OFF,
     DEFRAGMENTING,
@@ -201,6 +201,8 @@ class Cycle(BoundedSearch, Explanation):
             if (job.state == PREEMPTING and job.preempted_for is not None and job.id in leave_at
                     and job.preempted_for not in dropped):
                 self.in_flight.setdefault(job.preempted_for, []).append(job)
+        # Claimant -> the running jobs leaving for it, from earlier ticks and this one (`_claimed_by_others`).
+        self._victims_of = {job_id: list(victims) for job_id, victims in self.in_flight.items()}
         # Jobs that may start although nothing else can: on earmarks, or waiting for victims.
         self.owed = set(claimants) | set(self.in_flight)
         # Rule 4's claims, carried from earlier ticks and made in this one: job id -> GPU ids.
@@ -375,7 +377,8 @@ class Cycle(BoundedSearch, Explanation):
         req = self._request(job)
         gainer = self.tree.nodes[job.project]
         leave_time = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job), self._on_one_host(job))
-        outlook = earliest_start(req, self.capacity, leave_time, self._host_filter(req), self.now)
+        outlook = earliest_start(req, self.capacity, leave_time, self._host_filter(req), self.now,
+                                 self._claimed_by_others(job.id))
         if req.topology == DOMAIN and req.gpus > 1:
             moves = plan_defrag(
                 job, req, self.capacity, earliest=outlook.start if outlook else math.inf,
@@ -396,6 +399,22 @@ class Cycle(BoundedSearch, Explanation):
         self._hold(job, outlook.hosts, outlook.start, reservation)
         self.waits[job.id] = Wait(RESERVED, where, outlook.start)
         return False
+
+    def _claimed_by_others(self, job_id: str) -> Claimed:
+        """Leaving job -> host -> its GPUs there that other jobs' claims hold: they go to the claimant once it
+        has left, never to this job (rule 4's earmarks hold until the preemptor starts)."""
+        gpu_host = self.capacity.gpu_host
+        claimed: Claimed = {}
+        for claimant, victims in self._victims_of.items():
+            claim = self.claims.get(claimant)
+            if claimant == job_id or not claim:
+                continue
+            for victim in victims:
+                for gpu in victim.gpu_ids:
+                    if gpu in claim:
+                        per_host = claimed.setdefault(victim.id, {})
+                        per_host[gpu_host[gpu]] = per_host.get(gpu_host[gpu], 0) + 1
+        return claimed
 
     def _reserved_label(self, domain: str, hosts: tuple[str, ...]) -> str:
         """"nvl72-07 is reserved for it and frees", or "host h is …", or "3 hosts of nvl72-07 are … free"."""
@@ -526,6 +545,7 @@ class Cycle(BoundedSearch, Explanation):
             self.leave_at[victim.job.id] = self.now + grace
             ready = max(ready, self.now + grace)
         self.victims.take({victim.job.id for victim in plan.victims})
+        self._victims_of[job.id] = [victim.job for victim in plan.victims]
         self._claim(job, plan)
         ids = [victim.job.id for victim in plan.victims]
         self.waits[job.id] = Wait(PREEMPTING_FOR, reasons.job_list(ids), ready)

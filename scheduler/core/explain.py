@@ -137,7 +137,7 @@ class Explanation:
         blocked = self._reservation_blocking(placing, access)
         if blocked:
             text = f"{text}; {blocked}"
-        elif job.min_runtime > 0 and self._no_victims_for(job, preempting, access):
+        elif job.min_runtime > 0 and (self._no_victims_for(job, preempting, access) or not self.victims.live):
             if self._waits_for_checkpoints(job, preempting, access):
                 text += ("; the jobs it may preempt are between their checkpoints: each is taken early in an "
                          "interval or in the grace period before its next checkpoint, so that it loses little work")
@@ -146,12 +146,21 @@ class Explanation:
                 text += (f"; while project {waiting}, less served than it under {unit}, waits to start, it may "
                          f"preempt only unallocated jobs and jobs under {unit}, and none of those would make room")
             else:
-                text += (f"; no running job may be preempted for it (each is protected by its minimum runtime, "
-                         f"or belongs to project {job.project} or to a unit less served)")
+                text += f"; no running job may be preempted for it ({self._unpreemptible(job)})"
         if head is not None and head.project != job.project and unit_ratios[head.project] < project_ratio:
             ahead, yours = reasons.format_percent(unit_ratios[head.project]), reasons.format_percent(project_ratio)
             text += f"; waiting behind project {head.project} (usage ratio {ahead} vs yours {yours})"
         return text
+
+    def _unpreemptible(self, job: PendingJob) -> str:
+        """Why none of the running jobs may be taken for this one, naming only what holds this tick."""
+        why = ["is protected by its minimum runtime"]
+        if any(self._victims_of.values()):
+            why.append("is already leaving for a job ahead of it")
+        if self._victims_kept_out and self.reservations:
+            why.append(f"runs where GPUs are held for job {self.reservations[0].job_id}")
+        why.append(f"belongs to project {job.project} or to a unit less served")
+        return f"each {', '.join(why[:-1])}, or {why[-1]}"
 
     def _need_and_free(self, job: PendingJob) -> str:
         """"needs one 64-GPU NVLink domain; largest free is 40", from the capacity left after the tick."""

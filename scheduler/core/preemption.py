@@ -143,8 +143,9 @@ class _Outlook:
     host_reach: dict[HostState, int] = field(default_factory=dict)
     group_reach: dict[Group, int] = field(default_factory=dict)
     pool_reach: dict[Pool, int] = field(default_factory=dict)
-    # What a job asked -> capacity version at which nothing could be preempted for it.
-    hopeless: dict[tuple, int] = field(default_factory=dict)
+    # What a job asked -> (free version at which nothing could be preempted for it, how many candidates that
+    # search passed over for their checkpoints: a search that stops here passed them over too).
+    hopeless: dict[tuple, tuple[int, int]] = field(default_factory=dict)
     # The most any host / group of each pool could offer (`reachable`), and the free version they were taken at.
     best: tuple[int, dict[Pool, int], dict[Pool, int]] | None = None
 
@@ -265,7 +266,6 @@ class Victims:
         self.live = len(self._where)
         # Bumped when ratios move (charges) and when capacity or candidates do (starts, victims).
         self._ratios_version = 0
-        self._capacity_version = 0
         # How many times searches passed over a job only because it was between its declared checkpoints
         # (`quiet.py`, and the reasons of the jobs that waited for it).
         self.passed_over = 0
@@ -290,7 +290,6 @@ class Victims:
         self._ratios_version += 1
 
     def capacity_changed(self) -> None:
-        self._capacity_version += 1
         self._free_version += 1
 
     def free_changed(self) -> None:
@@ -328,12 +327,15 @@ class Victims:
         hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
                         req.protected_for, whole_domain, one_host)
         if bounded:
-            if outlook.hopeless.get(hopeless_key) == self._capacity_version:
+            known = outlook.hopeless.get(hopeless_key)
+            if known is not None and known[0] == self._free_version:
+                self.passed_over += known[1]
                 return None
             if not outlook.reachable(req, search.pools, self._free_version):
                 # No candidate could fit: the walk below would add none, and end as hopeless.
-                outlook.hopeless[hopeless_key] = self._capacity_version
+                outlook.hopeless[hopeless_key] = (self._free_version, 0)
                 return None
+        passed_over = self.passed_over
         for block, sides in eligible:
             if not block.live:
                 continue
@@ -353,7 +355,7 @@ class Victims:
         scope = search.across_domains()
         if scope is None:
             if bounded:
-                outlook.hopeless[hopeless_key] = self._capacity_version
+                outlook.hopeless[hopeless_key] = (self._free_version, self.passed_over - passed_over)
             return None
         return search.plan(scope)
 

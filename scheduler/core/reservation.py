@@ -39,6 +39,10 @@ def grace_period_for(allocated: bool, policy: Policy) -> float:
     return policy.grace_period if allocated else policy.unallocated_grace
 
 
+# Leaving job id -> host name -> how many of its GPUs there are claimed by other jobs (rule 4's earmarks).
+Claimed = dict[str, dict[str, int]]
+
+
 @dataclass(frozen=True)
 class Outlook:
     """The earliest start a job could have, and on which hosts."""
@@ -116,11 +120,12 @@ class LeaveTimes:
 
 
 def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_time: Callable[[RunningJob], float],
-           fits: Callable[[dict[str, Release]], bool], until: float, free: int | None = None) -> float:
+           fits: Callable[[dict[str, Release]], bool], until: float, free: int | None = None,
+           claimed: Claimed | None = None) -> float:
     """Earliest time, up to `until`, at which `fits(extra)` holds as the hosts' jobs leave (inf: none).
 
     `free`: the hosts' free GPUs, when the caller knows them (its groups' counts); a job with no claim has no
-    earmarked GPU to add.
+    earmarked GPU to add. `claimed`: what leaving jobs give to other jobs' claims, which this job never gets.
     """
     names = {h.name for h in hosts}
     if free is None or req.earmarked:
@@ -139,8 +144,11 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
                 when = leave_time(job)
                 events[job.id] = (when, job) if when <= until and when < math.inf else None
     for when, job in sorted(filter(None, events.values()), key=lambda e: (e[0], e[1].seq, e[1].id)):
+        held = claimed.get(job.id) if claimed else None
         for name, release in capacity.releases(job).items():
             if name in names:
+                if held and name in held:
+                    release = release._replace(gpus=release.gpus - held[name])
                 extra[name] = extra.get(name, NOTHING) + release
                 available += release.gpus
         if available >= req.gpus and fits(extra):
@@ -149,8 +157,9 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
 
 
 def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[RunningJob], float], host_ok: HostFilter,
-                   now: float) -> Outlook | None:
-    """Where the job could start earliest, counting only GPUs it could be given.
+                   now: float, claimed: Claimed | None = None) -> Outlook | None:
+    """Where the job could start earliest, counting only GPUs it could be given: not those a leaving job
+    gives to another job's claim (`claimed`, rule 4's earmarks).
 
     Scopes with the most free GPUs are tried first, so that the best time
     found early cuts the sweeps of the others short.
@@ -173,7 +182,8 @@ def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[Ru
                 hosts = [h for g in groups for h in g.hosts if host_ok(h) and h.gpu_count >= req.gpus]
                 for host in sorted(hosts, key=lambda h: (-len(h.free), h.name)):
                     when = _sweep([host], req, capacity, leave_time,
-                                  lambda extra, h=host: room(h, req, extra.get(h.name, NOTHING)) >= req.gpus, until())
+                                  lambda extra, h=host: room(h, req, extra.get(h.name, NOTHING)) >= req.gpus, until(),
+                                  claimed=claimed)
                     consider(when, host.name, host.domain, [host.name])
                 continue
             if req.per_host is not None and req.gpus % req.per_host:
@@ -188,7 +198,7 @@ def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[Ru
                         plan[:] = found
                     return found is not None
 
-                when = _sweep(group.hosts, req, capacity, leave_time, fits, until(), group.free)
+                when = _sweep(group.hosts, req, capacity, leave_time, fits, until(), group.free, claimed)
                 consider(when, group.domain, group.domain, [h.name for h, _ in plan])
             if not fitting and req.topology != DOMAIN:
                 plan = []
@@ -200,7 +210,8 @@ def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[Ru
                     return found is not None
 
                 hosts = [h for g in groups for h in g.hosts]
-                when = _sweep(hosts, req, capacity, leave_time, fits_across, until(), sum(g.free for g in groups))
+                when = _sweep(hosts, req, capacity, leave_time, fits_across, until(), sum(g.free for g in groups),
+                              claimed)
                 domains = {capacity.hosts[h.name].domain for h, _ in plan}
                 consider(when, pool.gpu_type, domains.pop() if len(domains) == 1 else "", [h.name for h, _ in plan])
     if best is None:

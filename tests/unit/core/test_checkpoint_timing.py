@@ -166,3 +166,17 @@ def test_a_job_waiting_for_checkpoints_is_told_so() -> None:
     own = replace(_snap(_victim()), pending=(pending("g", "p", 8, min_runtime=HOUR, submit_time=DAY - 600),))
     reason = schedule(own, now=DAY + 1000, policy=replace(POLICY, max_reservations=0)).pending["g"].reason
     assert "between their checkpoints" not in reason and "no running job may be preempted for it" in reason
+
+
+def test_every_job_passed_over_for_checkpoints_says_so_though_an_earlier_search_alike_found_nothing() -> None:
+    """g takes w (no interval declared); g2 and g3 would take v, which is late in its interval. g2 reserves v's
+    host for when its checkpoint window opens; g3's search ends where g2's did, and its reason still names
+    the checkpoints, not "no running job may be preempted"."""
+    other = running("w", "p", gpus_of("hgx-01-h01", 8), start_time=START, min_runtime=HOUR)
+    snap = snapshot(topology(hgx("hgx-00"), hgx("hgx-01")), ORG, running_jobs=[_victim(), other], pending_jobs=[
+        pending(name, "q", 8, min_runtime=HOUR, submit_time=DAY - 600 + i) for i, name in enumerate(("g", "g2", "g3"))])
+    decided = schedule(snap, now=DAY + 1000, policy=POLICY)
+    assert [(p.job_id, p.preemptor) for p in decided.preemptions] == [("w", "g")]
+    assert [(r.job_id, r.hosts, r.expected_start) for r in decided.reservations] == [
+        ("g2", ("hgx-00-h01",), DAY + 1800)]
+    assert "between their checkpoints" in decided.pending["g3"].reason

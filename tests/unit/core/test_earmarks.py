@@ -256,3 +256,42 @@ def test_a_job_larger_than_any_domain_starts_on_a_claim_across_domains() -> None
     decisions = schedule(snap, now=DAY, policy=POLICY)
     assert [(s.job_id, set(s.gpu_ids)) for s in decisions.starts] == [("q-wide", set(claim))]
     assert decisions.earmark_drops == ()
+
+
+def test_a_reservation_never_counts_gpus_a_leaving_job_gives_to_another_jobs_claim() -> None:
+    """q-1 preempts p-a (leaving in the grace period) and claims its host. q-2, behind it, must not hold that
+    host as if p-a's GPUs came to it: it reserves the other host, where p-b's protection ends in an hour."""
+    p_a = running("p-a", "p", gpus_of("hgx-00-h01", 8), start_time=0, seq=1)
+    p_b = running("p-b", "p", gpus_of("hgx-01-h01", 8), start_time=DAY - HOUR, min_runtime=2 * HOUR, seq=2)
+    q_1 = pending("q-1", "q", 8, min_runtime=HOUR, submit_time=DAY - 60, seq=3)
+    q_2 = pending("q-2", "q", 8, min_runtime=HOUR, submit_time=DAY - 30, seq=4)
+    cluster = topology(hgx("hgx-00"), hgx("hgx-01"))
+    decisions = schedule(snapshot(cluster, ORG, running_jobs=[p_a, p_b], pending_jobs=[q_1, q_2]), now=DAY,
+                         policy=POLICY)
+    assert [(p.job_id, p.preemptor) for p in decisions.preemptions] == [("p-a", "q-1")]
+    assert [(r.job_id, r.hosts, r.expected_start) for r in decisions.reservations] == [
+        ("q-2", ("hgx-01-h01",), DAY + HOUR + POLICY.grace_period)]
+    assert decisions.pending["q-2"].estimated_start == DAY + HOUR + POLICY.grace_period
+    # A tick later p-a is still leaving (for q-1's claim): the same.
+    stopping = replace(p_a, state=PREEMPTING, preempted_for="q-1", grace_ends=DAY + 60)
+    claimant = replace(q_1, earmarked_gpus=gpus_of("hgx-00-h01", 8))
+    decisions = schedule(snapshot(cluster, ORG, running_jobs=[stopping, p_b], pending_jobs=[claimant, q_2]),
+                         now=DAY + 5, policy=POLICY)
+    assert [(r.job_id, r.hosts) for r in decisions.reservations] == [("q-2", ("hgx-01-h01",))]
+
+
+def test_a_job_that_finds_every_running_job_protected_or_leaving_for_another_says_so() -> None:
+    """q-1 and q-2 take p's two unprotected jobs; q-3 reserves the host whose job is protected; q-4 is told why
+    nothing may be preempted for it, leaving for a job ahead of it included."""
+    cluster = topology(hgx("hgx-00"), hgx("hgx-01"), hgx("hgx-02"))
+    running_jobs = [running("p-a", "p", gpus_of("hgx-00-h01", 8), start_time=0, seq=1),
+                    running("p-b", "p", gpus_of("hgx-01-h01", 8), start_time=0, seq=2),
+                    running("p-c", "p", gpus_of("hgx-02-h01", 8), start_time=DAY - 600, min_runtime=HOUR, seq=3)]
+    waiting = [pending(f"q-{i}", "q", 8, min_runtime=HOUR, submit_time=DAY - 60 + i, seq=10 + i) for i in range(1, 5)]
+    decisions = schedule(snapshot(cluster, ORG, running_jobs=running_jobs, pending_jobs=waiting), now=DAY,
+                         policy=POLICY)
+    assert sorted((p.job_id, p.preemptor) for p in decisions.preemptions) == [("p-a", "q-1"), ("p-b", "q-2")]
+    assert [(r.job_id, r.hosts) for r in decisions.reservations] == [("q-3", ("hgx-02-h01",))]
+    reason = decisions.pending["q-4"].reason
+    assert ("no running job may be preempted for it (each is protected by its minimum runtime, is already leaving "
+            "for a job ahead of it, or belongs to project q or to a unit less served)") in reason

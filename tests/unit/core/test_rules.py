@@ -120,8 +120,10 @@ def victims_in_flight() -> Case:
     return Case(
         "free GPUs next to a leaving victim are held for its preemptor",
         snapshot(topology(hgx("hgx-00")), org, running_jobs=held, pending_jobs=jobs), NOW, starts={},
-        reserved={"latecomer": "hgx-00"},
-        facts={"waiter": ("waiting for the jobs it preempted (victim) to leave, in 30s",)},
+        # The victim's GPUs go to the waiter, not to the latecomer: it holds no host "freeing in 30s" for itself.
+        reserved={},
+        facts={"waiter": ("waiting for the jobs it preempted (victim) to leave, in 30s",),
+               "latecomer": ("entitled to keep their GPUs: it waits for jobs to end",)},
     )
 
 
