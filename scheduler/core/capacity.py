@@ -404,8 +404,9 @@ class Capacity:
             host.jobs.remove(stand_in)
         self._claim_jobs = []
         for host in self.hosts.values():
-            for job_id in sorted(host.resources_held):
-                self._return_resources(job_id, host)
+            if host.resources_held:
+                for job_id in sorted(host.resources_held):
+                    self._return_resources(job_id, host)
             if host.earmarked or host.milli_held:
                 for job_id in sorted(set(host.earmarked) | set(host.milli_held)):
                     self.release_earmarks(job_id, host.earmarked.get(job_id, ()) or

@@ -70,7 +70,7 @@ def preemption_cost(job: RunningJob, now: float, policy: Policy) -> float:
     return lost_work(job, now, overhead)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Candidate:
     job: RunningJob
     # What it gives back on each schedulable host.
