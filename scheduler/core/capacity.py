@@ -404,8 +404,9 @@ class Capacity:
             host.jobs.remove(stand_in)
         self._claim_jobs = []
         for host in self.hosts.values():
-            for job_id in sorted(host.resources_held):
-                self._return_resources(job_id, host)
+            if host.resources_held:
+                for job_id in sorted(host.resources_held):
+                    self._return_resources(job_id, host)
             if host.earmarked or host.milli_held:
                 for job_id in sorted(set(host.earmarked) | set(host.milli_held)):
                     self.release_earmarks(job_id, host.earmarked.get(job_id, ()) or
@@ -605,15 +606,16 @@ class Capacity:
                                       for name, release in releases.items())
 
     def memo(self, job: RunningJob, derive):
-        """`derive(job)` for a running job, computed once while it holds what it holds (as `releases`);
-        for other jobs (started this tick, claimants' stand-ins) every time."""
+        """`derive(job, self)` for a running job, computed once while it holds what it holds (as `releases`);
+        for other jobs (started this tick, claimants' stand-ins) every time. One value per run: rule 4's
+        `preemption.run_facts` is its only user."""
         held = self.held.get(job.id)
         if not held:
-            return derive(job)
+            return derive(job, self)
         known = self.run_memo.get(job.id)
         if known is not None and known[0] is held:
             return known[1]
-        value = derive(job)
+        value = derive(job, self)
         self.run_memo[job.id] = (held, value)
         return value
 

@@ -116,13 +116,16 @@ class UnitTree:
             node.usage = allocated_usage
             node.unallocated_usage = unallocated_usage
         window_start = now - window
+        nodes = self.nodes
         for job in in_seq_order(running):
-            seconds = now - max(job.start_time, window_start)
+            # `max(job.start_time, window_start)`, without a call per running job.
+            start = job.start_time
+            seconds = now - (window_start if window_start > start else start)
             if seconds <= 0:
                 continue
             used = gpu_amount(len(job.gpu_ids), job.gpu_milli) * seconds
-            node = self.nodes[job.project]
-            if job.allocated:
+            node = nodes[job.project]
+            if job.min_runtime > 0:
                 node.usage += used
             else:
                 node.unallocated_usage += used

@@ -23,6 +23,7 @@ remembered until the next decision.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .capacity import NOTHING, Capacity, Group, HostState, Pool, Release
 from .fairshare import (
@@ -48,7 +49,7 @@ from .model import (
     waits_for_checkpoints,
 )
 from .placement import HostFilter, JobRequest, plan_across_groups, plan_in_group, pools_for, room
-from .reservation import grace_for
+from .reservation import grace_for, grace_period_for
 
 
 def lost_work(job: RunningJob, now: float, overhead: float = 0.0) -> float:
@@ -69,7 +70,7 @@ def preemption_cost(job: RunningJob, now: float, policy: Policy) -> float:
     return lost_work(job, now, overhead)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Candidate:
     job: RunningJob
     # What it gives back on each schedulable host.
@@ -90,18 +91,40 @@ class Candidate:
     @classmethod
     def of(cls, job: RunningJob, capacity: Capacity, now: float, policy: Policy | None = None,
            cost: bool = True) -> Candidate:
-        def derive(job: RunningJob) -> tuple[tuple[tuple[HostState, Release], ...], dict[str, int]]:
-            releases = capacity.releases(job)
-            shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
-            milli = {gpu: job.gpu_milli if shared else WHOLE_GPU_MILLI
-                     for gpu in job.gpu_ids if capacity.gpu_host.get(gpu) in releases}
-            return tuple((capacity.hosts[name], release) for name, release in releases.items()), milli
-
-        # What it frees is kept per run (`Capacity.memo`); nobody changes `parts` or `milli`.
-        parts, milli = capacity.memo(job, derive)
+        parts, milli, _ = run_facts(job, capacity)
         if not cost:
             return cls(job, parts, milli)
         return cls(job, parts, milli, lost_work(job, now) if policy is None else preemption_cost(job, now, policy))
+
+
+class RunFacts(NamedTuple):
+    """What a running job would give back if it were preempted, as rule 4's searches read it."""
+
+    # What it gives back on each schedulable host.
+    parts: tuple[tuple[HostState, Release], ...]
+    # Milli-GPU it gives back per GPU (for fractions).
+    milli: dict[str, int]
+    # Does it hold every GPU of each schedulable host it is on (`Capacity.holds_whole_hosts`)?
+    whole_hosts: bool
+
+
+def run_facts(job: RunningJob, capacity: Capacity) -> RunFacts:
+    """A running job's `RunFacts`, worked out once per run and kept by the capacity (`Capacity.memo`).
+
+    All of it follows from the GPUs, CPUs and memory the run holds (which never change while it holds them) and
+    from which hosts are schedulable and how many GPUs they have (which change only with a new `Capacity`), so
+    the memo, dropped when the run's holdings are, stays right across ticks; nobody changes what it returns.
+    """
+    return capacity.memo(job, _derive_run_facts)
+
+
+def _derive_run_facts(job: RunningJob, capacity: Capacity) -> RunFacts:
+    releases = capacity.releases(job)
+    shared = len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+    milli = {gpu: job.gpu_milli if shared else WHOLE_GPU_MILLI
+             for gpu in job.gpu_ids if capacity.gpu_host.get(gpu) in releases}
+    parts = tuple((capacity.hosts[name], release) for name, release in releases.items())
+    return RunFacts(parts, milli, capacity.holds_whole_hosts(job))
 
 
 @dataclass(eq=False)
@@ -227,41 +250,45 @@ class Victims:
         self.now = now
         self.policy = policy
         blocks: dict[tuple[bool, str], Block] = {}
-        start_ratio = {name: node.ratio for name, node in tree.nodes.items()}
+        self._where: dict[str, tuple[Block, Candidate]] = {}
+        # Only allocated jobs wait for their checkpoints, with an allocated job's grace period.
+        grace = grace_period_for(True, policy)
         for job in in_seq_order(running):
-            if job.state != RUNNING or job.id in leaving:
-                continue
             # A MIG instance frees no whole GPU and no fraction; MIG jobs don't preempt either.
-            if job.mig_profile:
+            if job.state != RUNNING or job.mig_profile or job.id in leaving:
                 continue
             allocated = job.min_runtime > 0
-            known = ends.get(job.id) if allocated else None
-            if known is None or known[0] is not job:
-                known = (job, protected_until(job, policy), shielded_until(job, policy)) if allocated else None
-            if allocated and now < known[1]:
+            if allocated:
+                known = ends.get(job.id)
+                if known is None or known[0] is not job:
+                    known = (job, protected_until(job, policy), shielded_until(job, policy))
+                if now < known[1]:
+                    continue
+            # What it frees is kept per run (`run_facts`); what a preemption would cost is reckoned when a
+            # search first walks the block (`_order`).
+            parts, milli, whole_hosts = run_facts(job, capacity)
+            if not parts:
                 continue
-            # What a preemption would cost is reckoned when a search first walks the block (`_order`).
-            candidate = Candidate.of(job, capacity, now, policy, cost=False)
-            if not candidate.parts:
-                continue
-            candidate.shielded = allocated and now < known[2]
-            candidate.between_checkpoints = allocated and checkpoint_window(job, now, grace_for(job, policy),
-                                                                            policy) > now
-            if candidate.between_checkpoints:
-                candidate.whole_hosts = capacity.holds_whole_hosts(job)
+            candidate = Candidate(job, parts, milli)
+            if allocated:
+                candidate.shielded = now < known[2]
+                if checkpoint_window(job, now, grace, policy) > now:
+                    candidate.between_checkpoints = True
+                    candidate.whole_hosts = whole_hosts
             block = blocks.get((allocated, job.project))
             if block is None:
                 block = blocks[(allocated, job.project)] = Block(tree.nodes[job.project], allocated)
             block.candidates.append(candidate)
             block.live += 1
+            self._where[job.id] = (block, candidate)
 
         def block_order(block: Block) -> tuple:
+            # The ratios at the start of the tick: no charge has been made yet.
             if block.allocated:
-                return (1, -start_ratio[block.unit.name], block.unit.name)
+                return (1, -block.unit.ratio, block.unit.name)
             return (0, -block.unit.unallocated_usage, block.unit.name)
 
         self.blocks = sorted(blocks.values(), key=block_order)
-        self._where = {c.job.id: (block, c) for block in self.blocks for c in block.candidates}
         # Candidates not yet taken.
         self.live = len(self._where)
         # Bumped when ratios move (charges) and when capacity or candidates do (starts, victims).
@@ -274,6 +301,8 @@ class Victims:
         self._eligible: dict[tuple[str, float], tuple[int, list, frozenset[int]]] = {}
         # Gainer -> id of each allocated block of another project -> the sides compared there (`_sides_of`).
         self._sides: dict[str, dict[int, tuple[UnitNode, UnitNode]]] = {}
+        # (Gainer, scope) -> the blocks it may be compared with (`_comparable`).
+        self._comparables: dict[tuple[str, str | None], tuple[list, list]] = {}
         # Outlooks by the set of blocks they cover (gainers alike share one).
         self._outlooks: dict[frozenset[int], _Outlook] = {}
 
@@ -385,6 +414,31 @@ class Victims:
                         known[id(block)] = sides
         return known
 
+    def _comparable(self, gainer: UnitNode, within: UnitNode | None
+                    ) -> tuple[list[tuple[Block, None]], list[tuple[Block, tuple[UnitNode, UnitNode]]]]:
+        """The unallocated blocks, and the allocated blocks rule 4b compares a job of `gainer` with (with
+        `within`, only those of units under it), each with the two sides compared, in the blocks' order.
+
+        Neither the blocks, their order nor the tree's shape changes during the tick (only ratios do, and they
+        are compared by the caller), so once per gainer and scope."""
+        key = (gainer.name, None if within is None else within.name)
+        known = self._comparables.get(key)
+        if known is None:
+            sides_of = self._sides_of(gainer)
+            unallocated: list[tuple[Block, None]] = []
+            compared: list[tuple[Block, tuple[UnitNode, UnitNode]]] = []
+            for block in self.blocks:
+                if not block.allocated:
+                    unallocated.append((block, None))
+                    continue
+                if within is not None and within not in block.unit.path:
+                    continue
+                sides = sides_of.get(id(block))
+                if sides is not None:  # None: its own project's, which rule 4b never lets it take
+                    compared.append((block, sides))
+            known = self._comparables[key] = (unallocated, compared)
+        return known
+
     def _outlook(self, gainer: UnitNode, charge: float, within: UnitNode | None,
                  whole_domain: bool = False) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
         """The blocks the gainer may take from (rule 4), with the sides compared, and what they could give.
@@ -394,25 +448,18 @@ class Victims:
         key = (gainer.name, charge, None if within is None else within.name, whole_domain)
         cached = self._eligible.get(key)
         if cached is None or cached[0] != self._ratios_version:
-            eligible = []
+            unallocated, compared = self._comparable(gainer, within)
+            eligible = list(unallocated)
             # Blocks only rule 4b's second clause opens come after all the others (`may_take_on_own_path`).
             second = []
-            sides_of = self._sides_of(gainer)
-            for block in self.blocks:
-                sides = None
-                if block.allocated:
-                    if within is not None and within not in block.unit.path:
-                        continue
-                    compared = sides_of.get(id(block))
-                    if compared is None:
-                        continue  # its own project's: rule 4b never lets it
-                    sides = may_take_from(gainer, block.unit, charge, compared)
-                    if sides is None:
-                        sides = may_take_on_own_path(gainer, block.unit, charge, compared) if whole_domain else None
-                        if sides is not None:
-                            second.append((block, sides))
-                        continue
-                eligible.append((block, sides))
+            for block, sides_there in compared:
+                sides = may_take_from(gainer, block.unit, charge, sides_there)
+                if sides is not None:
+                    eligible.append((block, sides))
+                elif whole_domain:
+                    sides = may_take_on_own_path(gainer, block.unit, charge, sides_there)
+                    if sides is not None:
+                        second.append((block, sides))
             eligible += second
             cached = self._eligible[key] = (
                 self._ratios_version, eligible, frozenset(id(block) for block, _ in eligible))

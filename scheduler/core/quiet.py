@@ -57,7 +57,7 @@ from operator import itemgetter
 from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import DRAINING, RUNNING, Decisions, Policy, RunningJob, checkpoint_window, checkpoint_window_closes
 from .placement import JobRequest, lanes, needs_whole_domain
-from .reservation import grace_for
+from .reservation import grace_for, grace_period_for
 from .state import ClusterState
 
 # A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
@@ -94,29 +94,39 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     losers: set[str] = set()
     window_edges = math.inf
     run_ends = state.run_ends(policy)
+    # (`if x < soonest: soonest = x` is `soonest = min(soonest, x)`, without a call per running job.)
+    window_length = policy.window
+    turns_in_window = waiting and (state.passed_over or state.held_back)
     for job in state.running.values():
         if job.state != RUNNING:
             if job.preempted_for in state.claimants and job.grace_ends is not None:
                 deadline = job.grace_ends + policy.heartbeat_timeout + AFTER
-                if deadline > now:
-                    soonest = min(soonest, deadline)
+                if now < deadline < soonest:
+                    soonest = deadline
             continue
-        if job.max_runtime is not None and job.start_time + job.max_runtime > now:
-            soonest = min(soonest, job.start_time + job.max_runtime)
-        if not job.allocated:
+        if job.max_runtime is not None:
+            limit = job.start_time + job.max_runtime
+            if now < limit < soonest:
+                soonest = limit
+        if not job.min_runtime > 0:
             continue
-        if job.start_time + policy.window > now:
-            window_edges = min(window_edges, job.start_time + policy.window)
+        edge = job.start_time + window_length
+        if now < edge < window_edges:
+            window_edges = edge
         _, ends, shield_ends = run_ends[job.id]
         if ends > now:
-            if waiting or (draining and any(g.rsplit(":", 1)[0] in draining for g in job.gpu_ids)):
-                soonest = min(soonest, ends)
+            if ends < soonest and (
+                    waiting or (draining and any(g.rsplit(":", 1)[0] in draining for g in job.gpu_ids))):
+                soonest = ends
         else:
             losers.add(job.project)
             if waiting and shield_ends > now:
-                soonest = min(soonest, shield_ends)
-            elif waiting and (state.passed_over or state.held_back):
-                soonest = min(soonest, _window_turn(job, now, policy, state.held_back))
+                if shield_ends < soonest:
+                    soonest = shield_ends
+            elif turns_in_window:
+                turn = _window_turn(job, now, policy, state.held_back)
+                if turn < soonest:
+                    soonest = turn
     # The first back-off to end after now (they are kept sorted by when they end).
     backoffs = state.backoff_ends(policy)
     first = bisect_right(backoffs, now, key=itemgetter(0))
@@ -151,13 +161,15 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
     offsets = sorted({policy.grace_period, policy.unallocated_grace})
     soonest = math.inf
     run_ends = state.run_ends(policy)
+    graces = {allocated: grace_period_for(allocated, policy) for allocated in (True, False)}
     for job in state.running.values():
         if job.state != RUNNING:
             fixed = [job.grace_ends] if job.grace_ends is not None else []
         else:
             fixed = []
-            grace = grace_for(job, policy)
-            if job.allocated:
+            allocated = job.min_runtime > 0
+            grace = graces[allocated]
+            if allocated:
                 _, protected, shielded = run_ends[job.id]
                 if protected > now:
                     fixed.append(protected + grace)
@@ -171,8 +183,9 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
                 fixed.append(job.start_time + job.max_runtime + grace)
         for at in fixed:
             for offset in offsets:
-                if at - offset > now:
-                    soonest = min(soonest, at - offset)
+                turn = at - offset
+                if now < turn < soonest:
+                    soonest = turn
     return soonest
 
 
@@ -251,8 +264,12 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
     (`placement.needs_whole_domain`, as the tick asks it); jobs holding a claim aside, as in `pending_charges`."""
     capacity = state.capacity
     found: dict[str, set[float]] = {}
-    # Whether jobs asking alike need a whole domain: what `needs_whole_domain` reads of a job.
-    whole: dict[tuple, bool] = {}
+    # Whether jobs asking alike need a whole domain: what `needs_whole_domain` reads of a job. That depends on the
+    # policy and the capacity's shape alone, so it is kept with what the ticks carry on this capacity while the
+    # policy is the same object (`BoundedSearch._start_search`); a new capacity or policy starts afresh.
+    carried = capacity.carried
+    whole: dict[tuple, bool] = carried["whole_domain_asks"] if carried is not None and carried["policy"] is policy \
+        else {}
     # One job per project and ask stands for all that ask alike (the state keeps them counted).
     for project, asks in state.pending_asks().items():
         for _, job in asks.values():

@@ -81,6 +81,8 @@ class LeaveTimes:
         # Each job's, once per search (the sweeps of one `earliest_start` meet a job on each of its hosts).
         known: dict[str, float] = {}
         leaving, ends, now, policy = self.leaving, self.ends, self.now, self.policy
+        # An allocated and an unallocated job's grace periods (`grace_period_for`), once per search.
+        graces = {allocated: grace_period_for(allocated, policy) for allocated in (True, False)}
 
         def leave_time(job: RunningJob) -> float:
             when = known.get(job.id)
@@ -105,7 +107,7 @@ class LeaveTimes:
                     kept = ends.get(job.id)
                     could_go = max(now, kept[end] if kept is not None and kept[0] is job else until(job, policy))
                     if not whole_domain:
-                        opens = checkpoint_window(job, could_go, grace_period_for(True, policy), policy)
+                        opens = checkpoint_window(job, could_go, graces[True], policy)
                         if opens > could_go and waits_for_checkpoints(one_host, whole_domain,
                                                                       self.capacity.holds_whole_hosts(job)):
                             could_go = opens
@@ -114,7 +116,7 @@ class LeaveTimes:
                     could_go = math.inf
             if job.max_runtime is not None:
                 could_go = min(could_go, max(now, job.start_time + job.max_runtime))
-            return could_go + grace_period_for(allocated, policy)
+            return could_go + graces[allocated]
 
         return leave_time
 
@@ -143,16 +145,28 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
             if job.id not in events:
                 when = leave_time(job)
                 events[job.id] = (when, job) if when <= until and when < math.inf else None
+    # What the jobs met so far give back is added to `extra` only once enough GPUs are free for `fits` to be
+    # asked (until then it could not hold): the sums are the same whenever it is asked, with less adding.
+    unadded: list[dict[str, Release]] = []
     for when, job in sorted(filter(None, events.values()), key=lambda e: (e[0], e[1].seq, e[1].id)):
+        releases = capacity.releases(job)
         held = claimed.get(job.id) if claimed else None
-        for name, release in capacity.releases(job).items():
+        if held:
+            # What goes to another job's claim never comes to this one (a new dict: `releases` is kept).
+            releases = {name: release._replace(gpus=release.gpus - held[name]) if name in held else release
+                        for name, release in releases.items()}
+        unadded.append(releases)
+        for name, release in releases.items():
             if name in names:
-                if held and name in held:
-                    release = release._replace(gpus=release.gpus - held[name])
-                extra[name] = extra.get(name, NOTHING) + release
                 available += release.gpus
-        if available >= req.gpus and fits(extra):
-            return when
+        if available >= req.gpus:
+            for given in unadded:
+                for name, release in given.items():
+                    if name in names:
+                        extra[name] = extra.get(name, NOTHING) + release
+            unadded.clear()
+            if fits(extra):
+                return when
     return math.inf
 
 

@@ -71,10 +71,11 @@ class BoundedSearch:
     def _start_search(self) -> None:
         # What depends only on a job, the policy and the capacity's shape, from the last tick on this capacity
         # (a kept state's): a job's request and whether it needs a whole domain (kept while the job is the same
-        # object), the classes of jobs by what they ask, and which of them no healthy capacity could hold.
+        # object), the classes of jobs by what they ask, and which of them no healthy capacity could hold; and
+        # which asks need a whole domain, for `quiet_until` (`quiet._large_charges`).
         capacity, policy = self.capacity, self.policy
         carried = capacity.carried if capacity.carried is not None and capacity.carried["policy"] is policy \
-            else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}}
+            else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}, "whole_domain_asks": {}}
         capacity.carried = carried
         self._carried_jobs: dict[str, tuple[PendingJob, JobRequest, bool | None, bool | None]] = carried["jobs"]
         # This tick's: job id -> (job, its request, whole domain or None, spans hosts or None), handed on at the
