@@ -152,9 +152,10 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
         releases = capacity.releases(job)
         held = claimed.get(job.id) if claimed else None
         if held:
-            # What goes to another job's claim never comes to this one (a new dict: `releases` is kept).
-            releases = {name: release._replace(gpus=release.gpus - held[name]) if name in held else release
-                        for name, release in releases.items()}
+            # What goes to another job's claim never comes to this one (a new dict: `releases` is kept). A shared
+            # GPU a fraction gives back counts no whole GPU to begin with.
+            releases = {name: release._replace(gpus=release.gpus - min(held[name], release.gpus))
+                        if name in held else release for name, release in releases.items()}
         unadded.append(releases)
         for name, release in releases.items():
             if name in names:
