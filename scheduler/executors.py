@@ -86,7 +86,7 @@ def simulated_progress(job: Job, *, now: datetime, policy: Policy) -> SimulatedP
     speed = settings.ALLOT_SIMULATION_SPEED
     needed = job.simulated_duration or default_duration(job)
     progress = overhead = 0.0
-    if job.run_started_at:
+    if job.run_started_at and job.is_live:  # an ended job keeps its last run's start, and its work is counted
         overhead = restart_overhead(job, policy) if job.restarts else 0.0
         progress = max(0.0, (now - job.run_started_at).total_seconds() * speed - overhead)
     kept, checkpoint_at = progress, None
@@ -107,8 +107,8 @@ def advance_simulated(cluster, *, now: datetime) -> int:
     # Only what the check reads: a 16k-GPU cluster runs about a thousand jobs a tick, and `job_end_run` reads the
     # few whose run ends again, locked.
     for job in Job.objects.filter(cluster=cluster, state__in=LIVE_STATES).only(
-        "run_started_at", "simulated_duration", "min_runtime", "max_runtime", "work_done", "stop_cause", "restarts",
-        "restart_overhead", "checkpoint_every", "resumable", "last_checkpoint_at",
+        "state", "run_started_at", "simulated_duration", "min_runtime", "max_runtime", "work_done", "stop_cause",
+        "restarts", "restart_overhead", "checkpoint_every", "resumable", "last_checkpoint_at",
     ).order_by("pk"):
         progress = simulated_progress(job, now=now, policy=policy)
         # The end of the run and its work are one change, made only by the writer that ended the run:

@@ -20,7 +20,7 @@ from scheduler.core import jobspec
 from scheduler.core.durations import format_duration, parse_cli_duration
 from scheduler.core.lifecycle import Cause
 from scheduler.core.model import gpu_host
-from scheduler.executors import default_duration, simulated_progress
+from scheduler.executors import simulated_progress
 from scheduler.forms import HistoryForm, UsageForm
 from scheduler.models import Job
 from scheduler.selectors import UnknownName, job_history, live_gpu_ids
@@ -46,12 +46,8 @@ def _simulated_work(job) -> dict | None:
     """How far a simulated job's work has come (the demo's accelerated clock)."""
     if job.cluster.executor != "simulated":
         return None
-    if job.is_live:
-        progress = simulated_progress(job, now=timezone.now(), policy=job.cluster.scheduling_policy())
-        done, needed = progress.done, progress.needed
-    else:
-        done, needed = job.work_done, job.simulated_duration or default_duration(job)
-    return {"done": min(done, needed), "needed": needed, "speed": settings.ALLOT_SIMULATION_SPEED}
+    progress = simulated_progress(job, now=timezone.now(), policy=job.cluster.scheduling_policy())
+    return {"done": progress.done, "needed": progress.needed, "speed": settings.ALLOT_SIMULATION_SPEED}
 
 
 # The job table's fields the job page shows in words of its own; any other one not at its default is in

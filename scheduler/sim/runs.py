@@ -150,10 +150,6 @@ class JobLives:
             gpu_types=job.gpu_types, priority=job.priority, preemptions=run.preemptions, requeued_at=run.requeued_at,
         )
 
-    def overhead(self, job: SimJob) -> float:
-        """Seconds a restarted run of the job holds its GPUs before it makes progress."""
-        return self.policy.restart_overhead if job.restart_overhead is None else job.restart_overhead
-
     def _submit(self, run: Run, when: float) -> None:
         run.state = PENDING
         run.pending = self._pending_job(run)
@@ -177,7 +173,7 @@ class JobLives:
         run.starts.append(when)
         # A restart (not the job's first run) holds the GPUs for the overhead before making progress.
         restart = run.first_start is not None
-        run.progress_from = when + (self.overhead(job) if restart else 0.0)
+        run.progress_from = when + (core.restart_overhead(job, self.policy) if restart else 0.0)
         if run.first_start is None:
             run.first_start = when
             if run.klass == "large":
