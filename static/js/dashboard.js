@@ -129,7 +129,9 @@
        marker: {symbol: "line-ns-open", size: 22, line: {width: 3, color: colors.brand}},
        hovertemplate: "%{y}: entitled to %{x:.1f} GPU-h<extra></extra>"}
     ], {barmode: "stack", height: Math.max(220, 38 * c.length + 70), hovermode: "closest",
-        margin: {l: 150, r: 90, t: 10, b: 40}, xaxis: {title: {text: "GPU-hours in the window"}},
+        // The legend above the bars: below them it sat on the axis title, whatever the chart's height.
+        margin: {l: 150, r: 90, t: 34, b: 40}, legend: {orientation: "h", x: 0, y: 1, yanchor: "bottom"},
+        xaxis: {title: {text: "GPU-hours in the window"}},
         yaxis: {automargin: true}});
 
     var p = data.by_project;
