@@ -26,7 +26,7 @@ from budgets.models import Allocation, Membership, Unit
 from scheduler.choices import EventKind, JobState
 from scheduler.core.durations import format_duration
 from scheduler.core.measures import Held, measure
-from scheduler.core.model import shield
+from scheduler.core.model import gpu_host, shield
 from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, JobProcess
 from scheduler.racks import domain_views
 from scheduler.selectors import measures_input
@@ -197,8 +197,11 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
         return 0
     rng = random.Random(seed + 1)
     plan = sorted(plan_week(cluster, now=now, seed=seed), key=lambda job: (job.submitted, job.start))
-    gpu_pks = {f"{host}:{index}": (pk, host_pk) for pk, host, index, host_pk in Gpu.objects.filter(
-        host__domain__cluster=cluster).values_list("pk", "host__name", "index", "host_id")}
+    gpu_pks, host_pks = {}, {}
+    for pk, host, index, host_pk in Gpu.objects.filter(host__domain__cluster=cluster).values_list(
+            "pk", "host__name", "index", "host_id"):
+        gpu_pks[f"{host}:{index}"] = pk
+        host_pks[host] = host_pk
     jobs, ends = [], []
     policy = cluster.scheduling_policy()
     for job in plan:
@@ -246,17 +249,16 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
                                    cause="cancel", detail="cancelled by its owner"))
             events.append(JobEvent(job=row, at=ended, kind=EventKind.STOP, actor="system:executor", cause="cancel",
                                    detail="stopped after cancel"))
-        hosts = []
         for gpu in job.gpu_ids:
-            gpu_pk, host_pk = gpu_pks[gpu]
-            assignments.append(GpuAssignment(job=row, gpu_id=gpu_pk, assigned_at=job.start, released_at=ended))
-            if host_pk not in hosts:
-                hosts.append(host_pk)
+            assignments.append(GpuAssignment(job=row, gpu_id=gpu_pks[gpu], assigned_at=job.start,
+                                             released_at=ended))
+        # One rank per host in the order of the hosts' names, as a tick numbers them (`tick._start`).
+        hosts = sorted({gpu_host(gpu) for gpu in job.gpu_ids})
         processes.extend(
-            JobProcess(job=row, host_id=host_pk, run=0, rank=rank,
-                       state=JobProcess.State.EXITED if ended else JobProcess.State.ASSIGNED,
+            JobProcess(job=row, host_id=host_pks[host], run=0, rank=rank,
+                       state=JobProcess.State.EXITED if ended else JobProcess.State.RUNNING,
                        exit_code=exit_code, started_at=job.start, ended_at=ended)
-            for rank, host_pk in enumerate(hosts)
+            for rank, host in enumerate(hosts)
         )
     JobEvent.objects.bulk_create(events, batch_size=1000)
     GpuAssignment.objects.bulk_create(assignments, batch_size=1000)

@@ -197,8 +197,12 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
     ])
     job = Job.objects.only("restarts").get(pk=job_pk)
     hosts = sorted({gpu_host(gpu_id) for gpu_id in start.gpu_ids})
+    # A simulated cluster has no agent to report its ranks started: they run from the start, as the job does.
+    process_state, process_start = ((JobProcess.State.RUNNING, now) if state == JobState.RUNNING
+                                    else (JobProcess.State.ASSIGNED, None))
     JobProcess.objects.bulk_create([
-        JobProcess(job_id=job_pk, host_id=tick_input.host_pks[host], run=job.restarts, rank=rank)
+        JobProcess(job_id=job_pk, host_id=tick_input.host_pks[host], run=job.restarts, rank=rank,
+                   state=process_state, started_at=process_start)
         for rank, host in enumerate(hosts)
     ])
     JobEvent.objects.create(

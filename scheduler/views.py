@@ -50,6 +50,15 @@ def _simulated_work(job) -> dict | None:
     return {"done": progress.done, "needed": progress.needed, "speed": settings.ALLOT_SIMULATION_SPEED}
 
 
+def _simulated_ranks(job, processes) -> dict | None:
+    """A simulated run's ranks in one line (hosts and states): none of them prints anything to show."""
+    if job.cluster.executor != "simulated" or not processes or any(
+            process.output_tail or process.error for process in processes):
+        return None
+    return {"hosts": [process.host.name for process in processes],
+            "states": sorted({process.state for process in processes})}
+
+
 # The job table's fields the job page shows in words of its own; any other one not at its default is in
 # "Also asks".
 JOB_PAGE_SHOWS = ("cluster", "project", "gpus", "gpus_per_host", "gpu_type", "gpu_milli", "mig_profile", "topology",
@@ -63,6 +72,7 @@ def job_detail(request, pk):
     gpu_ids = live_gpu_ids([job.pk]).get(job.pk, [])
     asked = request.GET.get("run", "")
     run = int(asked) if asked.isdigit() and int(asked) <= job.restarts else job.restarts
+    processes = list(job.processes.filter(run=run).select_related("host").order_by("rank"))
     context = {
         "job": job,
         "events": job.events.order_by("at", "id"),
@@ -71,7 +81,8 @@ def job_detail(request, pk):
         "hosts": sorted({gpu_host(gpu_id) for gpu_id in gpu_ids}),
         "pending_total": Job.objects.pending().filter(cluster=job.cluster).count() if job.state == "pending" else 0,
         "work": _simulated_work(job),
-        "processes": job.processes.filter(run=run).select_related("host").order_by("rank"),
+        "processes": processes,
+        "simulated_ranks": _simulated_ranks(job, processes),
         "run": run,
         "runs": list(range(job.restarts + 1)),
         "show_command": command_visibility(request.user)(job),

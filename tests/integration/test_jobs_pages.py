@@ -10,9 +10,10 @@ from django.utils import timezone
 
 from budgets.models import Allocation
 from scheduler.models import GpuAssignment, Job, JobProcess
+from scheduler.tick import run_tick
 from tests.conftest import get_user
 from tests.factories import make_job
-from topology.models import Host
+from topology.models import Cluster, Host
 
 pytestmark = pytest.mark.django_db
 
@@ -179,3 +180,20 @@ def test_the_jobs_page_pages_through_a_long_history(client, demo):
     second = client.get("/jobs/", {"mine": "on", "page": "2"})
     assert [job.pk for job, _ in second.context["jobs"]] == sorted(Job.objects.values_list("pk", flat=True))[:5][::-1]
     assert client.get("/jobs/", {"mine": "on", "page": "x"}).context["page"] == 1
+
+
+def test_a_simulated_job_s_ranks_run_from_its_start_and_the_page_says_so_in_one_line(client, demo):
+    # A real tick starts a 16-GPU job on two hosts of the simulated demo cluster: no agent will report its ranks
+    # started, so they are running from the tick that started the job, numbered by host name.
+    job = make_job(user="alice", project="olmo", gpus=16, gpus_per_host=8)
+    run_tick(Cluster.objects.get(name="gb200-east"))
+    job.refresh_from_db()
+    assert job.state == "running"
+    ranks = list(job.processes.order_by("rank").values_list("rank", "host__name", "state"))
+    assert [state for _, _, state in ranks] == ["running", "running"]
+    assert [host for _, host, _ in ranks] == sorted(host for _, host, _ in ranks)
+
+    body = as_user(client, "alice").get(f"/jobs/{job.pk}/").content.decode()
+    assert 'data-testid="simulated-ranks">2 ranks, one per host on ' in body
+    assert "(running): a simulated cluster runs no processes" in body
+    assert 'data-testid="output"' not in body
