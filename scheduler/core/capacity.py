@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import NamedTuple
@@ -55,6 +56,12 @@ def resources_on(job: RunningJob, host: str, gpu_host: dict[str, str]) -> tuple[
     if not here:
         return 0, 0
     return per_host_share(job.cpus, here, len(job.gpu_ids)), per_host_share(job.memory_gib, here, len(job.gpu_ids))
+
+
+def _holds_as(job: RunningJob) -> tuple[bool, bool]:
+    """(on a MIG instance, on a share of one GPU): how a running job holds what it holds."""
+    on_mig = bool(job.mig_profile)
+    return on_mig, not on_mig and len(job.gpu_ids) == 1 and job.gpu_milli < WHOLE_GPU_MILLI
 
 
 def running_job_hosts(job: RunningJob, gpu_host: dict[str, str]) -> dict[str, list[str]]:
@@ -294,20 +301,8 @@ class Capacity:
     def _hold_running(self, running: tuple[RunningJob, ...]) -> None:
         held_whole: set[str] = set()
         for job in in_seq_order(running):
-            gpus = len(job.gpu_ids)
-            on_mig = bool(job.mig_profile)
-            shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
-            held = self.held[job.id] = []
-            for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
-                host = self.hosts.get(name)
-                if host is None:
-                    continue
-                held.append((host, len(gpu_ids)))
-                host.jobs.append(job)
-                if job.cpus and host.cpus_free is not None:
-                    host.cpus_free -= per_host_share(job.cpus, len(gpu_ids), gpus)
-                if job.memory_gib and host.memory_free is not None:
-                    host.memory_free -= per_host_share(job.memory_gib, len(gpu_ids), gpus)
+            on_mig, shared = _holds_as(job)
+            for host, gpu_ids in self._hold_hosts(job):
                 if on_mig:
                     self._hold_instance(job, gpu_ids)
                 elif shared:
@@ -321,6 +316,32 @@ class Capacity:
         for host in self.hosts.values():
             if host.jobs:
                 host.free = [g for g in host.free if g not in held_whole and g not in host.milli_used]
+
+    def _gpus_by_host(self, job: RunningJob) -> Iterator[tuple[HostState, list[str]]]:
+        """The hosts of this capacity a running job has GPUs on, with those GPUs."""
+        for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
+            host = self.hosts.get(name)
+            if host is not None:
+                yield host, gpu_ids
+
+    def _hold_hosts(self, job: RunningJob) -> Iterator[tuple[HostState, list[str]]]:
+        """`_gpus_by_host`, each host listing the job and charged its share of the job's CPUs and memory as it is
+        reached (`held` records them); the caller takes the GPUs."""
+        held = self.held[job.id] = []
+        for host, gpu_ids in self._gpus_by_host(job):
+            held.append((host, len(gpu_ids)))
+            host.jobs.append(job)
+            self._charge_host(host, job, len(gpu_ids), +1)
+            yield host, gpu_ids
+
+    @staticmethod
+    def _charge_host(host: HostState, job: RunningJob, gpus_here: int, sign: int) -> None:
+        """Take (+1) or give back (-1) the job's share of CPUs and memory on a host it has `gpus_here` GPUs on."""
+        gpus = len(job.gpu_ids)
+        if job.cpus and host.cpus_free is not None:
+            host.cpus_free -= sign * per_host_share(job.cpus, gpus_here, gpus)
+        if job.memory_gib and host.memory_free is not None:
+            host.memory_free -= sign * per_host_share(job.memory_gib, gpus_here, gpus)
 
     def _hold_instance(self, job: RunningJob, gpu_ids: list[str]) -> None:
         """A running MIG job holds its instance (added to the layout if the snapshot's lacks it)."""
@@ -472,20 +493,8 @@ class Capacity:
 
     def add_running(self, job: RunningJob) -> None:
         """A job holds its GPUs, CPUs and memory from now on (as `_hold_running` does at build time)."""
-        gpus = len(job.gpu_ids)
-        on_mig = bool(job.mig_profile)
-        shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
-        held = self.held[job.id] = []
-        for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
-            host = self.hosts.get(name)
-            if host is None:
-                continue
-            held.append((host, len(gpu_ids)))
-            host.jobs.append(job)
-            if job.cpus and host.cpus_free is not None:
-                host.cpus_free -= per_host_share(job.cpus, len(gpu_ids), gpus)
-            if job.memory_gib and host.memory_free is not None:
-                host.memory_free -= per_host_share(job.memory_gib, len(gpu_ids), gpus)
+        on_mig, shared = _holds_as(job)
+        for host, gpu_ids in self._hold_hosts(job):
             if on_mig:
                 self._hold_instance(job, gpu_ids)
                 continue
@@ -518,21 +527,13 @@ class Capacity:
 
     def remove_running(self, job: RunningJob) -> None:
         """A job's run has ended: what it held is free again."""
-        gpus = len(job.gpu_ids)
-        on_mig = bool(job.mig_profile)
-        shared = not on_mig and gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI
+        on_mig, shared = _holds_as(job)
         self.held.pop(job.id, None)
         self._releases.pop(job.id, None)
         self.run_memo.pop(job.id, None)
-        for name, gpu_ids in running_job_hosts(job, self.gpu_host).items():
-            host = self.hosts.get(name)
-            if host is None:
-                continue
+        for host, gpu_ids in self._gpus_by_host(job):
             host.jobs = [j for j in host.jobs if j.id != job.id]
-            if job.cpus and host.cpus_free is not None:
-                host.cpus_free += per_host_share(job.cpus, len(gpu_ids), gpus)
-            if job.memory_gib and host.memory_free is not None:
-                host.memory_free += per_host_share(job.memory_gib, len(gpu_ids), gpus)
+            self._charge_host(host, job, len(gpu_ids), -1)
             if on_mig:
                 state = self.mig.get(gpu_ids[0]) if gpu_ids else None
                 if state is not None and state.held.get((job.mig_profile, job.mig_start)) == job.id:
@@ -634,7 +635,7 @@ class Capacity:
 
     def _hosts_of(self, job: RunningJob) -> list[tuple[HostState, int]]:
         """(host, its GPUs there) of a job not in the snapshot's running ones (started or earmarked)."""
-        return [(self.hosts[n], len(g)) for n, g in running_job_hosts(job, self.gpu_host).items() if n in self.hosts]
+        return [(host, len(gpu_ids)) for host, gpu_ids in self._gpus_by_host(job)]
 
     def has_room(self) -> bool:
         if any(pool.free or pool.shared for pool in self.pools.values()):
