@@ -76,7 +76,7 @@ def simulate_both(inputs: WhatIfInputs, *, control: bool = True) -> dict:
     """Run both sides; per affected unit its share, entitlement, usage, usage ratio and waits on each.
 
     With `control`, the side without the change runs a second time on `inputs.control_jobs` (the arrivals a few
-    minutes later; when thinned, the other half): how much a unit's numbers move then (`noise`) is how much a
+    minutes later): how much a unit's numbers move then (`noise`) is how much a
     difference between the sides may be chance. A busy cluster is chaotic: one job starting a tick earlier can
     reorder the rest of the week.
     """
