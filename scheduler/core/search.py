@@ -20,7 +20,7 @@ from operator import attrgetter
 from . import reasons
 from .capacity import Capacity, HostState
 from .fairshare import gpu_amount
-from .model import ANY, DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob
+from .model import ANY, DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, backed_off_until
 from .placement import (
     HostFilter,
     JobRequest,
@@ -75,9 +75,14 @@ class BoundedSearch:
         # which asks need a whole domain, for `quiet_until` (`quiet._large_charges`).
         capacity, policy = self.capacity, self.policy
         carried = capacity.carried if capacity.carried is not None and capacity.carried["policy"] is policy \
-            else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}, "whole_domain_asks": {}}
+            else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}, "whole_domain_asks": {},
+                  "backoffs": {}}
         capacity.carried = carried
         self._carried_jobs: dict[str, tuple[PendingJob, JobRequest, bool | None, bool | None]] = carried["jobs"]
+        # Requeued unallocated job id -> (the job, until when it backs off, its Wait while it does), from the last
+        # tick on this capacity, and this tick's, handed on at the end (`carry`).
+        self._carried_backoffs: dict[str, tuple[PendingJob, float, Wait]] = carried["backoffs"]
+        self._backoffs_seen: dict[str, tuple[PendingJob, float, Wait]] = {}
         # This tick's: job id -> (job, its request, whole domain or None, spans hosts or None), handed on at the
         # end (`carry`).
         self._jobs_seen: dict[str, list] = {}
@@ -142,8 +147,20 @@ class BoundedSearch:
         return req
 
     def carry(self) -> None:
-        """Hand the requests of the jobs this tick looked at on to the next tick on this capacity."""
+        """Hand the requests (and back-offs) of the jobs this tick looked at on to the next tick on this capacity."""
         self.capacity.carried["jobs"] = {job_id: tuple(seen) for job_id, seen in self._jobs_seen.items()}
+        self.capacity.carried["backoffs"] = self._backoffs_seen
+
+    def _backoff(self, job: PendingJob) -> tuple[float, Wait]:
+        """Until when a requeued unallocated job backs off (`model.backed_off_until`), and the Wait of it while it
+        does. Both follow from the job and the policy alone, so they are carried to the next tick on this capacity
+        while the job is the same object (a pending job changes by being replaced)."""
+        carried = self._carried_backoffs.get(job.id)
+        if carried is None or carried[0] is not job:
+            until = backed_off_until(job, self.policy)
+            carried = (job, until, Wait(BACKING_OFF, f"{job.preemptions}", until))
+        self._backoffs_seen[job.id] = carried
+        return carried[1], carried[2]
 
     def _host_filter(self, req: JobRequest) -> HostFilter:
         """Rule 5: allocated jobs protected beyond a reservation may not start on its hosts."""
