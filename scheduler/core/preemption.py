@@ -22,6 +22,7 @@ remembered until the next decision.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -172,15 +173,17 @@ class _Outlook:
     # The most any host / group of each pool could offer (`reachable`), and the free version they were taken at.
     best: tuple[int, dict[Pool, int], dict[Pool, int]] | None = None
 
-    def count(self, candidate: Candidate, sign: int) -> None:
+    def count(self, candidates: Iterable[Candidate], sign: int) -> None:
+        """Add (sign +1) or take away (-1) what the candidates give back."""
         host_reach, group_reach, pool_reach = self.host_reach, self.group_reach, self.pool_reach
-        for host, release in candidate.parts:
-            gpus = sign * release.gpus
-            group = host.group
-            pool = group.pool
-            host_reach[host] = host_reach.get(host, 0) + gpus
-            group_reach[group] = group_reach.get(group, 0) + gpus
-            pool_reach[pool] = pool_reach.get(pool, 0) + gpus
+        for candidate in candidates:
+            for host, release in candidate.parts:
+                gpus = sign * release.gpus
+                group = host.group
+                pool = group.pool
+                host_reach[host] = host_reach.get(host, 0) + gpus
+                group_reach[group] = group_reach.get(group, 0) + gpus
+                pool_reach[pool] = pool_reach.get(pool, 0) + gpus
 
     def reachable(self, req: JobRequest, pools: set[Pool], free_version: int) -> bool:
         """Could `could_fit` hold for any candidate of these blocks? (False: it holds for none.)
@@ -335,7 +338,7 @@ class Victims:
                 block.live -= 1
                 for outlook in self._outlooks.values():
                     if id(block) in outlook.blocks:
-                        outlook.count(candidate, -1)
+                        outlook.count((candidate,), -1)
                 self.live -= 1
         self.capacity_changed()
 
@@ -467,10 +470,8 @@ class Victims:
         outlook = self._outlooks.get(signature)
         if outlook is None:
             outlook = self._outlooks[signature] = _Outlook(signature)
-            for block, _ in eligible:
-                for candidate in block.candidates:
-                    if not candidate.taken:
-                        outlook.count(candidate, +1)
+            outlook.count((candidate for block, _ in eligible for candidate in block.candidates if not candidate.taken),
+                          +1)
         return eligible, outlook
 
 
