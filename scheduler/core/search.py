@@ -105,6 +105,8 @@ class BoundedSearch:
         self._no_victims: dict[tuple, tuple[int, float, bool]] = {}
         # Job id -> does it need more than one host (`_on_one_host`).
         self._spans: dict[str, bool] = {}
+        # Job id -> (`_whole_domain`, `_on_one_host`), as `_no_victims_key` asks them for every job it meets.
+        self._search_shapes: dict[str, tuple[bool, bool]] = {}
         # (placement class, reservations) of jobs only a reservation kept from starting.
         self._kept_out: set[tuple] = set()
 
@@ -275,7 +277,10 @@ class BoundedSearch:
 
     def _no_victims_key(self, job: PendingJob, preempting: tuple, access: int) -> tuple:
         """What a failed victim search stands for (`_no_victims`): jobs alike in all of it search alike."""
-        return job.project, preempting, access, self._whole_domain(job), self._on_one_host(job)
+        shape = self._search_shapes.get(job.id)
+        if shape is None:
+            shape = self._search_shapes[job.id] = (self._whole_domain(job), self._on_one_host(job))
+        return job.project, preempting, access, *shape
 
     @staticmethod
     def _charge(job: PendingJob) -> float:
