@@ -76,7 +76,7 @@ class BoundedSearch:
         capacity, policy = self.capacity, self.policy
         carried = capacity.carried if capacity.carried is not None and capacity.carried["policy"] is policy \
             else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}, "whole_domain_asks": {},
-                  "backoffs": {}}
+                  "backoffs": {}, "no_room": {}}
         capacity.carried = carried
         self._carried_jobs: dict[str, tuple[PendingJob, JobRequest, bool | None, bool | None]] = carried["jobs"]
         # Requeued unallocated job id -> (the job, until when it backs off, its Wait while it does), from the last
@@ -93,7 +93,10 @@ class BoundedSearch:
         self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = carried["classes"]
         # (GPUs, kind) -> why no healthy capacity could ever hold such a job ("" if some could).
         self._never_facts: dict[tuple, str] = carried["never"]
+        # (project, kind, GPUs, reservations) -> the Wait of jobs that wait for room alike (`_waiting`): this tick's,
+        # and the last tick's on this capacity, whose objects are handed out again (one per key, as if made anew).
         self._waiting_alike: dict[tuple, Wait] = {}
+        self._carried_no_room: dict[tuple, Wait] = carried["no_room"]
         # What jobs alike are known to wait for (see `_known_to_wait`); cleared by a new reservation.
         self._verdicts: dict[tuple, Wait] = {}
         # (GPUs, kind) -> the Wait of jobs no healthy capacity could hold, or None if some could.
@@ -152,6 +155,7 @@ class BoundedSearch:
         """Hand the requests (and back-offs) of the jobs this tick looked at on to the next tick on this capacity."""
         self.capacity.carried["jobs"] = {job_id: tuple(seen) for job_id, seen in self._jobs_seen.items()}
         self.capacity.carried["backoffs"] = self._backoffs_seen
+        self.capacity.carried["no_room"] = self._waiting_alike
 
     def _backoff(self, job: PendingJob) -> tuple[float, Wait]:
         """Until when a requeued unallocated job backs off (`model.backed_off_until`), and the Wait of it while it
@@ -294,7 +298,7 @@ class BoundedSearch:
         key = (job.project, id(kind), job.gpus, access)
         wait = self._waiting_alike.get(key)
         if wait is None:
-            wait = self._waiting_alike[key] = Wait(NO_ROOM)
+            wait = self._waiting_alike[key] = self._carried_no_room.get(key) or Wait(NO_ROOM)
         return wait
 
     def _placement(self, job: PendingJob) -> Placement | None:
