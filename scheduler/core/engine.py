@@ -45,7 +45,6 @@ from .model import (
     RunningJob,
     Snapshot,
     Start,
-    backed_off_until,
     in_seq_order,
     run_shield,
 )
@@ -57,7 +56,6 @@ from .placement import (
 from .preemption import VictimPlan, Victims
 from .reservation import Claimed, LeaveTimes, earliest_start, grace_for
 from .search import (
-    BACKING_OFF,
     DEFRAGMENTING,
     ENTITLED,
     PREEMPTING_FOR,
@@ -293,10 +291,10 @@ class Cycle(BoundedSearch, Explanation):
         """Is this unallocated job still backing off from its last preemption? Records until when."""
         if job.requeued_at is None:
             return False  # never requeued after a preemption (`backed_off_until` is -inf)
-        until = backed_off_until(job, self.policy)
+        until, wait = self._backoff(job)
         if until <= self.now:
             return False
-        self.waits[job.id] = Wait(BACKING_OFF, f"{job.preemptions}", until)
+        self.waits[job.id] = wait
         return True
 
     # ------------------------------------------------------------ one allocated job

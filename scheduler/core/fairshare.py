@@ -53,6 +53,9 @@ class UnitNode:
     unallocated_usage: float = 0.0
     # Root .. self.
     path: tuple[UnitNode, ...] = ()
+    # Another node -> `sides_at_common_ancestor(self, it)`: the paths never change once the tree is built, and a
+    # kept state keeps its tree across ticks while its shape holds (`ClusterState._tree_shape`), so once per pair.
+    sides_with: dict[UnitNode, tuple[UnitNode, UnitNode] | None] = field(default_factory=dict, repr=False)
 
     @property
     def ratio(self) -> float:
@@ -139,7 +142,15 @@ class UnitTree:
 
 
 def sides_at_common_ancestor(gainer: UnitNode, loser: UnitNode) -> tuple[UnitNode, UnitNode] | None:
-    """The children of the lowest common ancestor on each side (None for one project)."""
+    """The children of the lowest common ancestor on each side (None for one project); kept by the gainer."""
+    known = gainer.sides_with
+    if loser in known:
+        return known[loser]
+    sides = known[loser] = _sides_at_common_ancestor(gainer, loser)
+    return sides
+
+
+def _sides_at_common_ancestor(gainer: UnitNode, loser: UnitNode) -> tuple[UnitNode, UnitNode] | None:
     for gainer_side, loser_side in zip(gainer.path, loser.path, strict=False):
         if gainer_side is not loser_side:
             return gainer_side, loser_side

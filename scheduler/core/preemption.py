@@ -22,6 +22,7 @@ remembered until the next decision.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -84,7 +85,7 @@ class Candidate:
     shielded: bool = False
     # Between its declared checkpoints, where taking it would lose more than waiting for the next one
     # (`model.checkpoint_window`), and whether it holds whole hosts: who may take it then is
-    # `model.waits_for_checkpoints`'s.
+    # `model.waits_for_checkpoints`'s. Set when a search first walks its block (`Victims._order`).
     between_checkpoints: bool = False
     whole_hosts: bool = False
 
@@ -172,15 +173,17 @@ class _Outlook:
     # The most any host / group of each pool could offer (`reachable`), and the free version they were taken at.
     best: tuple[int, dict[Pool, int], dict[Pool, int]] | None = None
 
-    def count(self, candidate: Candidate, sign: int) -> None:
+    def count(self, candidates: Iterable[Candidate], sign: int) -> None:
+        """Add (sign +1) or take away (-1) what the candidates give back."""
         host_reach, group_reach, pool_reach = self.host_reach, self.group_reach, self.pool_reach
-        for host, release in candidate.parts:
-            gpus = sign * release.gpus
-            group = host.group
-            pool = group.pool
-            host_reach[host] = host_reach.get(host, 0) + gpus
-            group_reach[group] = group_reach.get(group, 0) + gpus
-            pool_reach[pool] = pool_reach.get(pool, 0) + gpus
+        for candidate in candidates:
+            for host, release in candidate.parts:
+                gpus = sign * release.gpus
+                group = host.group
+                pool = group.pool
+                host_reach[host] = host_reach.get(host, 0) + gpus
+                group_reach[group] = group_reach.get(group, 0) + gpus
+                pool_reach[pool] = pool_reach.get(pool, 0) + gpus
 
     def reachable(self, req: JobRequest, pools: set[Pool], free_version: int) -> bool:
         """Could `could_fit` hold for any candidate of these blocks? (False: it holds for none.)
@@ -251,8 +254,6 @@ class Victims:
         self.policy = policy
         blocks: dict[tuple[bool, str], Block] = {}
         self._where: dict[str, tuple[Block, Candidate]] = {}
-        # Only allocated jobs wait for their checkpoints, with an allocated job's grace period.
-        grace = grace_period_for(True, policy)
         for job in in_seq_order(running):
             # A MIG instance frees no whole GPU and no fraction; MIG jobs don't preempt either.
             if job.state != RUNNING or job.mig_profile or job.id in leaving:
@@ -264,17 +265,15 @@ class Victims:
                     known = (job, protected_until(job, policy), shielded_until(job, policy))
                 if now < known[1]:
                     continue
-            # What it frees is kept per run (`run_facts`); what a preemption would cost is reckoned when a
-            # search first walks the block (`_order`).
+            # What it frees is kept per run (`run_facts`); what a preemption would cost, and whether it is between
+            # its declared checkpoints, are reckoned when a search first walks the block (`_order`).
             parts, milli, whole_hosts = run_facts(job, capacity)
             if not parts:
                 continue
             candidate = Candidate(job, parts, milli)
             if allocated:
                 candidate.shielded = now < known[2]
-                if checkpoint_window(job, now, grace, policy) > now:
-                    candidate.between_checkpoints = True
-                    candidate.whole_hosts = whole_hosts
+                candidate.whole_hosts = whole_hosts
             block = blocks.get((allocated, job.project))
             if block is None:
                 block = blocks[(allocated, job.project)] = Block(tree.nodes[job.project], allocated)
@@ -307,10 +306,16 @@ class Victims:
         self._outlooks: dict[frozenset[int], _Outlook] = {}
 
     def _order(self, block: Block) -> None:
-        """Put a block's candidates in preference order (see the module docstring)."""
+        """Put a block's candidates in preference order (see the module docstring), and mark those of an allocated
+        block between their declared checkpoints (only a search reads that, once it walks the block)."""
         now, policy = self.now, self.policy
         for candidate in block.candidates:
             candidate.lost_work = preemption_cost(candidate.job, now, policy)
+        if block.allocated:
+            # Only allocated jobs wait for their checkpoints, with an allocated job's grace period.
+            grace = grace_period_for(True, policy)
+            for candidate in block.candidates:
+                candidate.between_checkpoints = checkpoint_window(candidate.job, now, grace, policy) > now
         block.candidates.sort(key=lambda c: (not c.job.resumable, c.lost_work,
                                              len(c.job.gpu_ids), c.job.seq, c.job.id))
         block.ordered = True
@@ -335,7 +340,7 @@ class Victims:
                 block.live -= 1
                 for outlook in self._outlooks.values():
                     if id(block) in outlook.blocks:
-                        outlook.count(candidate, -1)
+                        outlook.count((candidate,), -1)
                 self.live -= 1
         self.capacity_changed()
 
@@ -467,10 +472,8 @@ class Victims:
         outlook = self._outlooks.get(signature)
         if outlook is None:
             outlook = self._outlooks[signature] = _Outlook(signature)
-            for block, _ in eligible:
-                for candidate in block.candidates:
-                    if not candidate.taken:
-                        outlook.count(candidate, +1)
+            outlook.count([candidate for block, _ in eligible for candidate in block.candidates if not candidate.taken],
+                          +1)
         return eligible, outlook
 
 

@@ -227,8 +227,9 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
         return lines_cross(low, low_extra, high, high_extra, rate, now, segment_end)
 
     large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
+    ordered_losers = sorted(losers)
     for gainer, charges in sorted(state.pending_charges().items()):
-        for loser in sorted(losers):
+        for loser in ordered_losers:
             sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[loser])
             if sides is None:
                 continue

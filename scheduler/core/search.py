@@ -20,7 +20,7 @@ from operator import attrgetter
 from . import reasons
 from .capacity import Capacity, HostState
 from .fairshare import gpu_amount
-from .model import ANY, DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob
+from .model import ANY, DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, backed_off_until
 from .placement import (
     HostFilter,
     JobRequest,
@@ -75,9 +75,14 @@ class BoundedSearch:
         # which asks need a whole domain, for `quiet_until` (`quiet._large_charges`).
         capacity, policy = self.capacity, self.policy
         carried = capacity.carried if capacity.carried is not None and capacity.carried["policy"] is policy \
-            else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}, "whole_domain_asks": {}}
+            else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}, "whole_domain_asks": {},
+                  "backoffs": {}, "no_room": {}}
         capacity.carried = carried
         self._carried_jobs: dict[str, tuple[PendingJob, JobRequest, bool | None, bool | None]] = carried["jobs"]
+        # Requeued unallocated job id -> (the job, until when it backs off, its Wait while it does), from the last
+        # tick on this capacity, and this tick's, handed on at the end (`carry`).
+        self._carried_backoffs: dict[str, tuple[PendingJob, float, Wait]] = carried["backoffs"]
+        self._backoffs_seen: dict[str, tuple[PendingJob, float, Wait]] = {}
         # This tick's: job id -> (job, its request, whole domain or None, spans hosts or None), handed on at the
         # end (`carry`).
         self._jobs_seen: dict[str, list] = {}
@@ -88,7 +93,10 @@ class BoundedSearch:
         self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = carried["classes"]
         # (GPUs, kind) -> why no healthy capacity could ever hold such a job ("" if some could).
         self._never_facts: dict[tuple, str] = carried["never"]
+        # (project, kind, GPUs, reservations) -> the Wait of jobs that wait for room alike (`_waiting`): this tick's,
+        # and the last tick's on this capacity, whose objects are handed out again (one per key, as if made anew).
         self._waiting_alike: dict[tuple, Wait] = {}
+        self._carried_no_room: dict[tuple, Wait] = carried["no_room"]
         # What jobs alike are known to wait for (see `_known_to_wait`); cleared by a new reservation.
         self._verdicts: dict[tuple, Wait] = {}
         # (GPUs, kind) -> the Wait of jobs no healthy capacity could hold, or None if some could.
@@ -100,6 +108,8 @@ class BoundedSearch:
         self._no_victims: dict[tuple, tuple[int, float, bool]] = {}
         # Job id -> does it need more than one host (`_on_one_host`).
         self._spans: dict[str, bool] = {}
+        # Job id -> (`_whole_domain`, `_on_one_host`), as `_no_victims_key` asks them for every job it meets.
+        self._search_shapes: dict[str, tuple[bool, bool]] = {}
         # (placement class, reservations) of jobs only a reservation kept from starting.
         self._kept_out: set[tuple] = set()
 
@@ -142,8 +152,21 @@ class BoundedSearch:
         return req
 
     def carry(self) -> None:
-        """Hand the requests of the jobs this tick looked at on to the next tick on this capacity."""
+        """Hand the requests (and back-offs) of the jobs this tick looked at on to the next tick on this capacity."""
         self.capacity.carried["jobs"] = {job_id: tuple(seen) for job_id, seen in self._jobs_seen.items()}
+        self.capacity.carried["backoffs"] = self._backoffs_seen
+        self.capacity.carried["no_room"] = self._waiting_alike
+
+    def _backoff(self, job: PendingJob) -> tuple[float, Wait]:
+        """Until when a requeued unallocated job backs off (`model.backed_off_until`), and the Wait of it while it
+        does. Both follow from the job and the policy alone, so they are carried to the next tick on this capacity
+        while the job is the same object (a pending job changes by being replaced)."""
+        carried = self._carried_backoffs.get(job.id)
+        if carried is None or carried[0] is not job:
+            until = backed_off_until(job, self.policy)
+            carried = (job, until, Wait(BACKING_OFF, f"{job.preemptions}", until))
+        self._backoffs_seen[job.id] = carried
+        return carried[1], carried[2]
 
     def _host_filter(self, req: JobRequest) -> HostFilter:
         """Rule 5: allocated jobs protected beyond a reservation may not start on its hosts."""
@@ -258,7 +281,10 @@ class BoundedSearch:
 
     def _no_victims_key(self, job: PendingJob, preempting: tuple, access: int) -> tuple:
         """What a failed victim search stands for (`_no_victims`): jobs alike in all of it search alike."""
-        return job.project, preempting, access, self._whole_domain(job), self._on_one_host(job)
+        shape = self._search_shapes.get(job.id)
+        if shape is None:
+            shape = self._search_shapes[job.id] = (self._whole_domain(job), self._on_one_host(job))
+        return job.project, preempting, access, *shape
 
     @staticmethod
     def _charge(job: PendingJob) -> float:
@@ -272,7 +298,7 @@ class BoundedSearch:
         key = (job.project, id(kind), job.gpus, access)
         wait = self._waiting_alike.get(key)
         if wait is None:
-            wait = self._waiting_alike[key] = Wait(NO_ROOM)
+            wait = self._waiting_alike[key] = self._carried_no_room.get(key) or Wait(NO_ROOM)
         return wait
 
     def _placement(self, job: PendingJob) -> Placement | None:

@@ -126,6 +126,10 @@ class ClusterState:
         self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
         # Project -> how many of its jobs are pending or running (the org tree needs every project named).
         self._projects: Counter[str] = Counter()
+        # Bumped when a project comes or goes from `_projects`, and the projects without a unit as last worked out
+        # (`_projects_without_unit`): (that count, the units' names, those projects).
+        self._project_set_version = 0
+        self._without_unit: tuple | None = None
         # Project -> what starting each of its pending allocated jobs would charge it (rule 2), counted.
         self._charges: dict[str, Counter[float]] = {}
         # Project -> what its pending allocated jobs ask (`_ask`) -> [how many, one of them]; jobs holding a claim
@@ -210,12 +214,21 @@ class ClusterState:
         kept = self._tree
         if kept is None or kept[0] is not units:
             kept = (units, frozenset(unit.name for unit in units), None, None, None, None)
-        others = tuple(sorted(self._projects.keys() - kept[1]))
+        others = self._projects_without_unit(kept[1])
         if kept[2:5] != (others, healthy, window):
             tree = UnitTree(units, self.projects(), healthy_gpus=healthy, window=window)
             kept = (units, kept[1], others, healthy, window, tree)
         self._tree = kept
         return kept[5]
+
+    def _projects_without_unit(self, named: frozenset[str]) -> tuple[str, ...]:
+        """The projects jobs name that no unit does, sorted; worked out again only when a project comes or goes
+        (or the units do)."""
+        known = self._without_unit
+        if known is None or known[0] != self._project_set_version or known[1] is not named:
+            known = self._without_unit = (self._project_set_version, named,
+                                          tuple(sorted(self._projects.keys() - named)))
+        return known[2]
 
     def _usage_changed(self) -> None:
         self._usage_version += 1
@@ -468,9 +481,12 @@ class ClusterState:
     def _count_project(self, project: str, change: int) -> None:
         count = self._projects[project] + change
         if count > 0:
+            if project not in self._projects:
+                self._project_set_version += 1
             self._projects[project] = count
         else:
             del self._projects[project]
+            self._project_set_version += 1
 
     def _set_mig_layouts(self, layouts) -> None:
         """MIG GPUs given new layouts: the topology says so too (for when the capacity is built again)."""
