@@ -58,6 +58,12 @@ def test_the_demo_opens_on_a_week_of_jobs_that_never_share_a_gpu_and_a_busy_clus
         assert all(earlier[1] <= later[0] for earlier, later in zip(runs, runs[1:], strict=False))
     # The failed tray's GPUs were never used.
     assert not GpuAssignment.objects.filter(gpu__host__name="nvl72-03-h07").exists()
+    # Each live run's ranks are running, one per host, numbered by host name as a tick numbers them.
+    for job in running:
+        ranks = list(job.processes.order_by("rank").values_list("host__name", "state"))
+        assert [state for _, state in ranks] == ["running"] * len(ranks)
+        assert [host for host, _ in ranks] == sorted(set(GpuAssignment.objects.filter(job=job).values_list(
+            "gpu__host__name", flat=True)))
 
 
 def test_fair_share_ratios_are_real_and_differ_between_projects(seeded, now):
