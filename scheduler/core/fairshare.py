@@ -141,12 +141,14 @@ class UnitTree:
         return {name: node.ratio for name, node in self.nodes.items()}
 
 
+_UNKNOWN = object()  # not worked out yet (None is an answer: one project)
+
+
 def sides_at_common_ancestor(gainer: UnitNode, loser: UnitNode) -> tuple[UnitNode, UnitNode] | None:
     """The children of the lowest common ancestor on each side (None for one project); kept by the gainer."""
-    known = gainer.sides_with
-    if loser in known:
-        return known[loser]
-    sides = known[loser] = _sides_at_common_ancestor(gainer, loser)
+    sides = gainer.sides_with.get(loser, _UNKNOWN)
+    if sides is _UNKNOWN:
+        sides = gainer.sides_with[loser] = _sides_at_common_ancestor(gainer, loser)
     return sides
 
 
