@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth import get_user_model
+from django.db import connection, transaction
 from django.db.models import FloatField, Func
 from django.utils import timezone
 
@@ -186,7 +187,22 @@ def running_on_host(host, *, now: datetime) -> list[core.RunningJob]:
 
 
 def build_snapshot(cluster, *, now: datetime | None = None) -> TickInput:
+    """The cluster as of one moment: its queries read one view of the database, so a job an agent requeues (or a
+    user submits) while they run is seen before or after, never both or neither (running and pending at once, or
+    pending under a user the snapshot's user query did not see)."""
     now = now or timezone.now()
+    if connection.in_atomic_block:  # the caller's transaction (a test's, or a write that reads its own changes)
+        return _read_snapshot(cluster, now=now)
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # Read committed would give each query its own view. (SQLite's transactions begin IMMEDIATE here,
+            # config/env.py: no other writer commits until this one ends.)
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        return _read_snapshot(cluster, now=now)
+
+
+def _read_snapshot(cluster, *, now: datetime) -> TickInput:
     # Rows, not model instances: a 16k-GPU cluster has thousands of hosts.
     domains = list(Domain.objects.filter(cluster=cluster).order_by("name").values("pk", "name", "block__name", "kind"))
     hosts = list(Host.objects.filter(domain__cluster=cluster).order_by("domain__name", "position").values(

@@ -111,3 +111,43 @@ def test_a_crash_between_decide_and_apply_leaves_every_job_where_the_next_tick_c
     assert Job.objects.filter(state=JobState.RUNNING).exists()
     assert_consistent()
     assert connection.vendor in {"sqlite", "postgresql"}
+
+
+def test_a_snapshot_sees_a_job_requeued_while_it_is_read_once_not_running_and_pending_at_once(demo, monkeypatch):
+    """An agent's report that requeues a job can land between the snapshot's query of running jobs and its query of
+    pending ones. Read in one view, the job is in the snapshot once (CI once saw such a job's user missing instead:
+    a KeyError and a failed tick)."""
+    from scheduler import snapshot as snapshot_module
+    from scheduler.services import job_end_run
+
+    fill_queue(8)
+    run_tick(demo)
+    victim = Job.objects.filter(state=JobState.RUNNING, resumable=True).order_by("pk").first()
+    assert victim is not None
+    errors = []
+
+    def agent_reports_the_host_lost():
+        try:
+            job_end_run(job=victim, outcome="lost", at=victim.run_started_at, actor="agent:node")
+        except Exception as error:  # noqa: BLE001 - reported below
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    original = snapshot_module._pending_jobs
+    agent = threading.Thread(target=agent_reports_the_host_lost)
+
+    def report_lands_between_the_queries(*args, **kwargs):
+        agent.start()
+        agent.join(timeout=1.0)  # done by now, unless the snapshot's read holds it off until the read ends
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(snapshot_module, "_pending_jobs", report_lands_between_the_queries)
+    read = build_snapshot(demo).snapshot
+    agent.join()
+    assert errors == []
+    assert Job.objects.get(pk=victim.pk).state == JobState.PENDING  # the report was not lost, only after the read
+    running = {job.id for job in read.running}
+    pending = {job.id for job in read.pending}
+    assert not running & pending
+    assert str(victim.pk) in running | pending
