@@ -202,6 +202,12 @@ def usage_view(request):
                                                  "unallocated_gpu_hours", "entitled_gpu_hours",
                                                  "percent_of_entitlement"], rows)
 
+    if report:
+        # The page leaves out units with nothing to show on a cluster (no share there, nothing run): a cluster
+        # without allocations would list every unit of the org as zeros. The CSV keeps every row.
+        for cluster in report["clusters"]:
+            cluster["shown"] = [unit for unit in cluster["units"] if unit["allocated_gpu_hours"]
+                                or unit["unallocated_gpu_hours"] or unit["entitled_gpu_hours"]]
     return render(request, "scheduler/usage.html", {
         "form": form, "report": report, "query": params.urlencode(),
         "since": parse_datetime(report["since"]) if report else None,

@@ -90,3 +90,21 @@ def test_the_plot_shows_usage_against_entitlement_including_scheduled_changes(de
     ]
     assert pixmo["entitled_x"][2:4] == [(now + timedelta(days=2)).isoformat(), (now + timedelta(days=4)).isoformat()]
     assert pixmo["entitled_x"][-1] == (now + timedelta(days=5)).isoformat()  # a day past the last change
+
+
+def test_the_usage_page_leaves_out_units_with_nothing_on_a_cluster_and_the_csv_keeps_them(demo, busy, client):
+    """A cluster no unit holds a share of and nobody ran on (the demo's `lab`) says so in one line instead of
+    listing every unit of the org as zeros; the clusters with shares list their units."""
+    from tests.conftest import DEMO
+    from topology.loaders import load_cluster_file
+
+    load_cluster_file(DEMO / "agent-cluster.yaml")
+    client.force_login(get_user("pat"))
+    html = client.get("/usage/").content.decode()
+    lab = html[html.index('data-testid="usage-lab"'):]
+    assert "No unit holds a share of lab or ran a job on it in this period." in lab
+    assert 'data-unit="' not in lab
+    east = html[html.index('data-testid="usage-gb200-east"'):html.index('data-testid="usage-lab"')]
+    assert 'data-unit="olmo"' in east and 'data-unit="safety"' in east  # safety: a share, nothing run lately
+    csv = client.get("/usage/", {"format": "csv"}).content.decode().splitlines()
+    assert any(line.startswith("lab,olmo,") for line in csv)
