@@ -22,7 +22,8 @@ objects, the initial state), `measures` (DESIGN §5 over time), `output`
 (the result, its summary and the files) and `report` (report.html),
 `checks` (consistency of the files), `policies` (`--policy` names),
 `generators` (seeded synthetic workloads), `traces` (Philly and openb replays),
-`cli` (the command line).
+`cli` (the command line), `parallel` (several simulations side by side, in
+child processes: the what-if's weeks).
 """
 
 from .engine import Simulation, simulate
