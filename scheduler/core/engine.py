@@ -505,7 +505,8 @@ class Cycle(BoundedSearch, Explanation):
         Where rule 5 holds hosts moves with time alone (jobs that may be made to leave at once leave later as
         time passes), so the next tick may decide otherwise (`quiet.py`).
         """
-        return (bool(self._kept_out) and self.capacity.has_room()) or self._victims_kept_out
+        return ((bool(self._kept_out) or self._claimant_kept_out) and self.capacity.has_room()) \
+            or self._victims_kept_out
 
     def release_reservations(self) -> None:
         """Rule 5's holds last one tick: the next one reserves anew."""

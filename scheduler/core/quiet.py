@@ -32,7 +32,11 @@ And right after a tick that stopped a job that is back in the queue at once
 And right after a tick that started allocated jobs: it charged their units
 for them (rule 2), and those charges are gone at the next tick, where such a
 unit may then take from another. (A job holding a claim is charged at the
-start of every tick alike, and so in the comparisons here.)
+start of every tick alike, and so in the comparisons here.) If a reservation
+held a job back in that tick (a job holding a claim too, kept from free GPUs
+elsewhere), the next tick is called whatever the comparisons say: where a
+reservation can hold rests on who may take from whom, so it may hold nowhere
+once the claims are charged up front, and the job held back may then start.
 
 And when a reservation kept a job out of free GPUs or from victims (rule 5),
 where it holds hosts moves with time too: with the order of the units (which
@@ -136,6 +140,11 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
             soonest = min(soonest, refill)
+    if fair_share and waiting and started and state.held_back:
+        # The tick charged units for the jobs it started or that claimed GPUs where the walk met them; the next
+        # tick charges claims at its start. A reservation rests on who may take from whom (rule 4b), so where it
+        # holds hosts, if anywhere, may differ then: look again.
+        return now + AFTER
     if fair_share and waiting and (losers or state.held_back or state.scoped):
         soonest = min(soonest, _turns(state, now, policy, losers, window_edges, started))
     if fair_share and waiting and state.held_back:

@@ -112,6 +112,7 @@ class BoundedSearch:
         self._search_shapes: dict[str, tuple[bool, bool]] = {}
         # (placement class, reservations) of jobs only a reservation kept from starting.
         self._kept_out: set[tuple] = set()
+        self._claimant_kept_out = False
 
 
     def _on_one_host(self, job: PendingJob) -> bool:
@@ -308,10 +309,13 @@ class BoundedSearch:
             return None
         req = self._request(job)
         placement = find_placement(req, self.capacity, self._host_filter(req))
+        if placement is None and self._reserved and find_placement(req, self.capacity, any_host) is not None:
+            if owed:
+                self._claimant_kept_out = True  # a job holding a claim, kept from free GPUs elsewhere (`held_back`)
+            else:
+                self._kept_out.add(key)
         if placement is None and not owed:
             self._no_fit[key] = min(job.gpus, self._no_fit.get(key, math.inf))
-            if self._reserved and find_placement(req, self.capacity, any_host) is not None:
-                self._kept_out.add(key)
         return placement
 
     def _stuck(self) -> bool:

@@ -132,7 +132,9 @@ class EveryTick(Simulation):
             self.quiet_at = when + self.policy.tick
 
 
-@pytest.mark.parametrize("seed", [6, 7, 8, 12, 13])
+# 118 diverged before a tick that charged units where the walk met their jobs, while a reservation held a job
+# back, was followed by one (the next tick charges claims at its start: the reservation may not hold then).
+@pytest.mark.parametrize("seed", [6, 7, 8, 12, 13, 118])
 def test_skipping_the_ticks_the_core_calls_quiet_changes_nothing(seed):
     """The simulator calls the core only when something happened or when the core said a tick could decide
     something new (`quiet_until`): the same run, event for event, as calling it at every tick as live,
@@ -158,8 +160,9 @@ def nested_jobs(seed: int) -> list:
 
 
 # 54 and 90 diverged before the sibling-order moments were counted where a sibling's wait kept a job from
-# preempting (`state.scoped`).
-@pytest.mark.parametrize("seed", [6, 7, 8, 12, 13, 21, 54, 90])
+# preempting (`state.scoped`); 75 and 79 before a job holding a claim, kept by a reservation from free GPUs
+# elsewhere, counted as held back.
+@pytest.mark.parametrize("seed", [6, 7, 8, 12, 13, 21, 54, 75, 79, 90])
 def test_skipping_quiet_ticks_changes_nothing_in_a_nested_org(seed):
     """The same with programs and projects: the moments siblings swap places count where a sibling's wait
     kept a job from preempting, and a shield's end counts like a protection's."""
