@@ -546,6 +546,10 @@ class _Search:
             used = host.milli_used.get(where)
             if used is None:
                 used = 0 if where in host.free else WHOLE_GPU_MILLI
+            else:
+                held = host.milli_held.get(req.job_id)
+                if held is not None and held[0] == where:
+                    used -= held[1]  # what the capacity holds there for this very job, by its claim (rule 4)
             if WHOLE_GPU_MILLI - used + freed < req.milli:
                 return False
             here = extra.get(host.name, NOTHING)

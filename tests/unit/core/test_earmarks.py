@@ -138,6 +138,27 @@ def test_a_fraction_claims_the_milli_gpu_its_victims_give_back() -> None:
     assert after.earmarks == {}
 
 
+def test_a_fractions_claim_holds_at_the_next_tick_while_its_victim_is_in_its_grace_period() -> None:
+    """The tick after q's 600-milli job preempted p's 400-milli job on a GPU shared with p's 400: the capacity
+    holds the 200 milli free there for q's claim, and the plan still stands, that hold counted as q's own. It waits:
+    no claim dropped and nobody else preempted for it (a whole GPU of p's, past its protection, is there to
+    take; the live tick once took it, then started q on its claim anyway)."""
+    host = "hgx-00-h01"
+    shared, whole = gpus_of(host, 1), gpus_of(host, 1, first=1)
+    topo = topology(domain("hgx-00", 1, 2, gpu_type="H100"))
+    keeps = running("p-keep", "p", shared, start_time=0, gpu_milli=400, min_runtime=30 * DAY)
+    leaving = running("p-go", "p", shared, start_time=0, gpu_milli=400, state=PREEMPTING, preempted_for="q-frac",
+                      grace_ends=DAY + 60)
+    other = running("p-other", "p", whole, start_time=0)
+    claimant = pending("q-frac", "q", 1, gpu_milli=600, submit_time=DAY, seq=5, earmarked_gpus=shared)
+    decisions = schedule(snapshot(topo, ORG, running_jobs=[keeps, leaving, other], pending_jobs=[claimant]),
+                         now=DAY + 5, policy=POLICY)
+    assert decisions.earmark_drops == ()
+    assert decisions.preemptions == () and decisions.starts == ()
+    assert decisions.earmarks == {"q-frac": shared}
+    assert "waiting for the jobs it preempted (p-go) to leave" in decisions.pending["q-frac"].reason
+
+
 def test_a_fraction_whose_victims_still_share_its_claimed_gpu_never_starts_on_it() -> None:
     """q's 470-milli job preempted a 320-milli unallocated job on a GPU it shares with another 320: while
     that victim is in its grace period, a whole GPU of the host frees up. q starts there, never on the claimed
