@@ -42,8 +42,8 @@ def cpus() -> int:
 
 def simulate_all(calls: Sequence[dict], *, side_by_side: bool | None = None) -> list[Result]:
     """`simulate(**call)` for each call, in order; all at once when this process may use more than one CPU
-    (`side_by_side`, default: so), the operating system sharing the CPUs among them (three calls on two CPUs
-    take about one and a half times one call).
+    (`side_by_side`, default: so), the operating system sharing the CPUs among them (the what-if's three weeks
+    on two CPUs take about 1.8 times one week, bench/whatif_bench.py).
 
     Calls must pickle (a `decide` function is named, not a lambda). A child that fails raises `RuntimeError`
     with the end of what it printed.
