@@ -26,7 +26,7 @@ from budgets.models import Allocation, Membership, Unit
 from scheduler.choices import EventKind, JobState
 from scheduler.core.durations import format_duration
 from scheduler.core.measures import Held, measure
-from scheduler.core.model import gpu_host, shield
+from scheduler.core.model import hosts_of, shield
 from scheduler.models import ClusterSample, GpuAssignment, Job, JobEvent, JobProcess
 from scheduler.racks import domain_views
 from scheduler.selectors import measures_input
@@ -252,8 +252,8 @@ def seed_history(cluster, *, now: datetime, seed: int = 5) -> int:
         for gpu in job.gpu_ids:
             assignments.append(GpuAssignment(job=row, gpu_id=gpu_pks[gpu], assigned_at=job.start,
                                              released_at=ended))
-        # One rank per host in the order of the hosts' names, as a tick numbers them (`tick._start`).
-        hosts = sorted({gpu_host(gpu) for gpu in job.gpu_ids})
+        # One rank per host, numbered as a tick numbers them (`hosts_of`).
+        hosts = hosts_of(job.gpu_ids)
         processes.extend(
             JobProcess(job=row, host_id=host_pks[host], run=0, rank=rank,
                        state=JobProcess.State.EXITED if ended else JobProcess.State.RUNNING,

@@ -23,7 +23,7 @@ from scheduler.core.durations import format_duration
 from scheduler.core.engine import collector_paused
 from scheduler.core.lifecycle import Cause, Outcome, StopCause
 from scheduler.core.measures import Sample, running_after, sample_after
-from scheduler.core.model import gpu_host
+from scheduler.core.model import hosts_of
 from scheduler.executors import advance_simulated, expire_heartbeats, reconcile
 from scheduler.history import after_tick
 from scheduler.models import GpuAssignment, Job, JobEvent, JobProcess, Tick
@@ -196,7 +196,7 @@ def _apply_start(cluster: Cluster, tick_input: TickInput, start: core.Start, now
         for pk in gpu_pks
     ])
     job = Job.objects.only("restarts").get(pk=job_pk)
-    hosts = sorted({gpu_host(gpu_id) for gpu_id in start.gpu_ids})
+    hosts = hosts_of(start.gpu_ids)
     # A simulated cluster has no agent to report its ranks started: they run from the start, as the job does.
     process_state, process_start = ((JobProcess.State.RUNNING, now) if state == JobState.RUNNING
                                     else (JobProcess.State.ASSIGNED, None))
@@ -283,7 +283,7 @@ def _write_earmarks(tick_input: TickInput, decisions: core.Decisions, now: datet
 
 
 def _hosts_label(gpu_ids) -> str:
-    hosts = sorted({gpu_host(gpu_id) for gpu_id in gpu_ids})
+    hosts = hosts_of(gpu_ids)
     return ", ".join(hosts[:4]) + (f" and {len(hosts) - 4} more hosts" if len(hosts) > 4 else "")
 
 

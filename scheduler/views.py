@@ -19,7 +19,7 @@ from scheduler.api.views import command_visibility
 from scheduler.core import jobspec
 from scheduler.core.durations import format_duration, parse_cli_duration
 from scheduler.core.lifecycle import Cause
-from scheduler.core.model import gpu_host
+from scheduler.core.model import hosts_of
 from scheduler.executors import simulated_progress
 from scheduler.forms import HistoryForm, UsageForm
 from scheduler.models import Job
@@ -78,7 +78,7 @@ def job_detail(request, pk):
         "events": job.events.order_by("at", "id"),
         "gpu_ids": gpu_ids,
         "where": _where(gpu_ids),
-        "hosts": sorted({gpu_host(gpu_id) for gpu_id in gpu_ids}),
+        "hosts": hosts_of(gpu_ids),
         "pending_total": Job.objects.pending().filter(cluster=job.cluster).count() if job.state == "pending" else 0,
         "work": _simulated_work(job),
         "processes": processes,

@@ -4,7 +4,7 @@ from rest_framework import serializers
 from rest_framework.fields import ProhibitSurrogateCharactersValidator
 
 from scheduler.core import jobspec
-from scheduler.core.model import gpu_host
+from scheduler.core.model import hosts_of
 from scheduler.models import Job, JobEvent
 from scheduler.services import JobRequest
 
@@ -105,7 +105,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_hosts(self, job):
-        return sorted({gpu_host(gpu_id) for gpu_id in self.get_gpu_ids(job)})
+        return hosts_of(self.get_gpu_ids(job))
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_command(self, job):

@@ -134,6 +134,15 @@ class HostState:
     def schedulable(self) -> bool:
         return self.group is not None
 
+    def milli_used_for(self, job_id: str, gpu: str) -> int | None:
+        """Milli-GPU of a shared GPU in use as a pending job sees it: what is held there for its own claim is its
+        (`milli_held`). None: no fraction shares the GPU."""
+        used = self.milli_used.get(gpu)
+        held = self.milli_held.get(job_id)
+        if used is not None and held is not None and held[0] == gpu:
+            used -= held[1]
+        return used
+
 
 @dataclass(eq=False, slots=True)
 class Group:

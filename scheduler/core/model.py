@@ -50,6 +50,11 @@ def gpu_host(gpu_id: str) -> str:
     so the first colon ends the host."""
     return gpu_id.partition(":")[0]
 
+
+def hosts_of(gpu_ids: Iterable[str]) -> list[str]:
+    """The hosts of some GPU ids, each once, in name order: the order a run's ranks are numbered in, one per host."""
+    return sorted({gpu_host(gpu_id) for gpu_id in gpu_ids})
+
 # The longest restart overhead a job may give (seconds; one day): the API's and the workload file's limit.
 MAX_RESTART_OVERHEAD = 86400
 

@@ -539,12 +539,9 @@ def _on_earmarks(req: JobRequest, capacity: Capacity) -> Placement | None:
     if req.shared:
         for host in hosts:
             gpu = host.earmarked[req.job_id][0]
-            used = host.milli_used.get(gpu)
-            if used is not None:
-                held = host.milli_held.get(req.job_id)
-                used -= held[1] if held is not None and held[0] == gpu else 0
-                if WHOLE_GPU_MILLI - used < req.milli:
-                    continue  # its victims still hold what it needs there
+            used = host.milli_used_for(req.job_id, gpu)
+            if used is not None and WHOLE_GPU_MILLI - used < req.milli:
+                continue  # its victims still hold what it needs there
             if room(host, req) >= 1:
                 return Placement(((host, 1),), (), shared_gpu=gpu)
         return None

@@ -543,13 +543,9 @@ class _Search:
         if kind == "gpu":
             host = self.capacity.hosts[self.capacity.gpu_host[where]]
             freed = self.milli.get(where, 0) - (without.milli.get(where, 0) if without is not None else 0)
-            used = host.milli_used.get(where)
+            used = host.milli_used_for(req.job_id, where)  # what its own claim holds there is its own (rule 4)
             if used is None:
                 used = 0 if where in host.free else WHOLE_GPU_MILLI
-            else:
-                held = host.milli_held.get(req.job_id)
-                if held is not None and held[0] == where:
-                    used -= held[1]  # what the capacity holds there for this very job, by its claim (rule 4)
             if WHOLE_GPU_MILLI - used + freed < req.milli:
                 return False
             here = extra.get(host.name, NOTHING)
