@@ -18,7 +18,8 @@ What can change a decision with time alone, each at a moment known now:
 - a job preempted for a claim has not left a heartbeat timeout after its
   grace period (the claim then breaks, `earmarks.py`);
 - the hourly cap on defragmentation lets another move through;
-- an unallocated job's back-off after a preemption ends (`model.backoff`);
+- an unallocated job's back-off after a preemption ends (`model.backoff`), if the
+  GPUs it asks are free now (only an event or a busy tick frees more);
 - a unit with allocated work waiting becomes less served, after charging its
   job, than a unit holding jobs past their protection (rule 4b). Usage moves
   linearly between moments also known now: a running job adds its GPUs until
@@ -59,8 +60,17 @@ from bisect import bisect_right
 from operator import itemgetter
 
 from .fairshare import gpu_amount, sides_at_common_ancestor
-from .model import DRAINING, RUNNING, Decisions, Policy, RunningJob, checkpoint_window, checkpoint_window_closes
-from .placement import JobRequest, lanes, needs_whole_domain
+from .model import (
+    DRAINING,
+    RUNNING,
+    WHOLE_GPU_MILLI,
+    Decisions,
+    Policy,
+    RunningJob,
+    checkpoint_window,
+    checkpoint_window_closes,
+)
+from .placement import JobRequest, find_placement, lanes, needs_whole_domain
 from .reservation import grace_for, grace_period_for
 from .state import ClusterState
 
@@ -131,11 +141,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
                 turn = _window_turn(job, now, policy, state.held_back)
                 if turn < soonest:
                     soonest = turn
-    # The first back-off to end after now (they are kept sorted by when they end).
-    backoffs = state.backoff_ends(policy)
-    first = bisect_right(backoffs, now, key=itemgetter(0))
-    if first < len(backoffs):
-        soonest = min(soonest, backoffs[first][0])
+    soonest = min(soonest, _first_backoff_that_counts(state, now, policy, fair_share))
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
@@ -150,6 +156,42 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     if fair_share and waiting and state.held_back:
         soonest = min(soonest, _leave_order_turns(state, now, policy))
     return soonest
+
+
+def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, fair_share: bool) -> float:
+    """When the first unallocated job whose back-off ends after now could start then (inf: none could).
+
+    Back-offs are kept sorted by when they end. Under the product's rules (`fair_share`) a job that asks
+    whole GPUs and no MIG instance counts only if its place is free now: nothing but an event (a run
+    leaving, a job submitted, a host coming back) or a tick that decides something frees GPUs, and either
+    asks this again. The GPUs held for claims are free here (the tick let its holds go), so this errs
+    toward waking. A fraction or a MIG instance, or another decision function, counts as it ends.
+    """
+    backoffs = state.backoff_ends(policy)
+    first = bisect_right(backoffs, now, key=itemgetter(0))
+    if first == len(backoffs) or not fair_share:
+        return backoffs[first][0] if first < len(backoffs) else math.inf
+    capacity = state.capacity
+    room = capacity.has_room()
+    fits: dict[tuple, bool] = {}
+    for until, job_id in backoffs[first:]:
+        job = state.pending.get(job_id)
+        if job is None or job.mig_profile or (job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI) or job.gpus == 0:
+            return until
+        if not room:
+            continue
+        key = (job.gpus, job.gpus_per_host, job.gpu_types, job.topology, job.cpus, job.memory_gib,
+               lanes(job, policy))
+        fit = fits.get(key)
+        if fit is None:
+            fit = fits[key] = find_placement(JobRequest.of(job, policy), capacity, _any_host) is not None
+        if fit:
+            return until
+    return math.inf
+
+
+def _any_host(host) -> bool:
+    return True
 
 
 def _window_turn(job: RunningJob, now: float, policy: Policy, held_back: bool) -> float:

@@ -49,6 +49,26 @@ def test_the_simulator_is_woken_when_a_back_off_ends() -> None:
     assert quiet_until(state, now=DAY, policy=POLICY) == DAY + 200
 
 
+def test_a_back_off_that_ends_where_the_job_cannot_fit_wakes_nobody() -> None:
+    """Only a run leaving (an event, which ticks anyway) could make room: the end of a back-off counts only
+    for a job whose place is free now. Here 2 of 8 GPUs are free: the 4-GPU job's end is skipped, the 2-GPU
+    job's counts; with the host full, neither does."""
+    filler = running("f", "q", gpus_of("hgx-00-h01", 6), min_runtime=0, start_time=DAY - HOUR)
+    big = pending("big", "p", 4, min_runtime=0, preemptions=1, requeued_at=DAY - 100)
+    small = pending("small", "p", 2, min_runtime=0, preemptions=2, requeued_at=DAY - 100)
+    state = ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00")), ORG, running_jobs=[filler],
+                                                pending_jobs=[big, small]))
+    assert quiet_until(state, now=DAY, policy=POLICY) == DAY + 500
+    full = ClusterState.from_snapshot(snapshot(
+        topology(hgx("hgx-00")), ORG, running_jobs=[replace(filler, gpu_ids=gpus_of("hgx-00-h01", 8))],
+        pending_jobs=[big, small]))
+    assert quiet_until(full, now=DAY, policy=POLICY) == float("inf")
+    # A fraction may find room on a shared GPU however few GPUs are free: its back-off's end counts as it is.
+    shared = pending("frac", "p", 1, min_runtime=0, gpu_milli=500, preemptions=1, requeued_at=DAY - 100)
+    full.submit(shared)
+    assert quiet_until(full, now=DAY, policy=POLICY) == DAY + 200
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bursts=st.lists(st.tuples(st.integers(1, 8), st.integers(60, 4 * 3600)), min_size=3, max_size=12),
        seed=st.integers(0, 3))
