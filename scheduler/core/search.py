@@ -208,8 +208,9 @@ class BoundedSearch:
         return keys
 
     def _classes_of(self, job: PendingJob, sides: tuple[bool, ...]) -> tuple[tuple, tuple, tuple]:
-        # More GPUs need fewer CPUs per GPU: with CPU or memory asked, the count is part of it.
-        exact = job.gpus if job.cpus or job.memory_gib else None
+        # With CPU or memory asked, a class is the exact ask: a job asking fewer CPUs or less memory may fit
+        # where one asking more did not, and more GPUs need fewer CPUs per GPU (on each host it spans).
+        exact = (job.gpus, job.cpus, job.memory_gib) if job.cpus or job.memory_gib else None
         milli = job.gpu_milli if job.gpus == 1 else WHOLE_GPU_MILLI
         mig = job.mig_profile
         kind = (job.gpus_per_host, milli, job.gpu_types, job.topology, sides, exact, mig)

@@ -239,3 +239,20 @@ def test_baselines_give_every_waiting_job_a_status() -> None:
     decisions = fifo_first_fit(snapshot(topo, units(("p", None, 100)), pending_jobs=jobs), now=NOW, policy=Policy())
     assert [s.job_id for s in decisions.starts] == ["fits"]
     assert decisions.pending["big"].position == 1
+
+
+@pytest.mark.parametrize("min_runtime", [0, HOUR], ids=["unallocated", "allocated"])
+def test_a_job_asking_fewer_cpus_starts_though_a_hungrier_one_alike_did_not_fit(min_runtime) -> None:
+    """What the tick learns from a job that did not fit stands for jobs asking at least as much: GPUs, and CPUs
+    and memory too. One GPU and 24 CPUs does not fit where 8 CPUs are free; one GPU and 4 CPUs does, and starts,
+    though it comes after it in the queue."""
+    topo = topology(hgx("hgx-00", cpus=32, memory_gib=256))
+    held = running("other", "q", gpus_of("hgx-00-h01", 6), cpus=24, memory_gib=64, start_time=NOW - 600,
+                   min_runtime=0)
+    jobs = [pending("hungry", "p", 1, cpus=24, memory_gib=8, min_runtime=min_runtime, submit_time=1),
+            pending("lean", "p", 1, cpus=4, memory_gib=8, min_runtime=min_runtime, submit_time=2),
+            pending("greedy", "p", 1, cpus=4, memory_gib=200, min_runtime=min_runtime, submit_time=3)]
+    decisions = schedule(snapshot(topo, units(("p", None, 50), ("q", None, 50)), running_jobs=[held],
+                                  pending_jobs=jobs), now=NOW, policy=Policy(tick=5))
+    assert [s.job_id for s in decisions.starts if s.job_id != "other"] == ["lean"]
+    assert "greedy" in decisions.pending
