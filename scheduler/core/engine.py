@@ -23,7 +23,7 @@ from dataclasses import replace
 
 from . import mig as mig_geometry
 from . import reasons
-from .capacity import Capacity, HostState
+from .capacity import NOTHING, Capacity, HostState
 from .defrag import DefragPlan, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
 from .earmarks import check_claims
@@ -572,8 +572,11 @@ class Cycle(BoundedSearch, Explanation):
             own = host.earmarked.get(job.id, ())
             claim.update(own)
             released = plan.released.get(host.name, 0)
-            from_victims = [gpu for victim in plan.victims for gpu in victim.job.gpu_ids
-                            if gpu_host.get(gpu) == host.name]
+            # Only GPUs a victim gives back whole (`Capacity.releases`): a fraction's GPU stays with whoever
+            # else shares it, and the plan counted none from it.
+            from_victims = [gpu for victim in plan.victims
+                            if capacity.releases(victim.job).get(host.name, NOTHING).gpus
+                            for gpu in victim.job.gpu_ids if gpu_host.get(gpu) == host.name]
             from_victims.sort(key=lambda gpu: (gpu not in claim, capacity.gpu_position[gpu]))
             claim.update(from_victims[:min(count, released)])
             claim.update(capacity.earmark(job.id, host, count - released - len(own)))

@@ -516,7 +516,11 @@ class _Search:
 
     def _scopes(self, host: HostState, candidate: Candidate) -> list[Scope]:
         if self.req.shared:
-            return [("gpu", gpu) for gpu in sorted(candidate.milli) if self.capacity.gpu_host.get(gpu) == host.name]
+            # The GPU a fraction's claim holds on this host first: its plan stays there while it still fits.
+            gpus = list(host.earmarked.get(self.req.job_id, ())) if self.req.earmarked else []
+            gpus += [gpu for gpu in sorted(candidate.milli) if self.capacity.gpu_host.get(gpu) == host.name
+                     and gpu not in gpus]
+            return [("gpu", gpu) for gpu in gpus]
         if self.req.single_host(host.group.pool):
             return [("host", host)]
         return [("group", host.group)]
@@ -578,7 +582,12 @@ class _Search:
     def _in_scope(self, candidate: Candidate, scope: Scope) -> bool:
         kind, where = scope
         if kind == "gpu":
-            return where in candidate.milli
+            # A fraction's GPU, and the CPUs and memory of its host: every candidate there may count
+            # (`_fits_with` reads the host's whole release); `plan` drops those not needed.
+            if where in candidate.milli:
+                return True
+            where = self.capacity.hosts[self.capacity.gpu_host[where]]
+            kind = "host"
         for host, _ in candidate.parts:
             if self.usable(host) and (
                 (kind == "host" and host is where)

@@ -208,6 +208,65 @@ def test_a_claim_holds_the_cpus_and_memory_its_plan_counted_on() -> None:
     assert third.earmark_drops == ()
 
 
+def test_a_whole_gpu_job_claims_the_gpu_its_victims_free_not_one_a_fraction_left_shared() -> None:
+    """q's job needs a whole GPU and 14 CPUs. Its victims: an unallocated job on GPU 1 (4 CPUs) and an
+    unallocated fraction sharing GPU 0 with p's protected fraction (8 CPUs, needed for the CPUs alone). Only
+    GPU 1 comes back whole: the claim is GPU 1, never GPU 0 (which p's job still shares: the claim would break
+    at the next tick and preempt again, the openb replay's case)."""
+    host = "hgx-00-h01"
+    topo = topology(domain("hgx-00", 1, 2, gpu_type="H100", cpus=20, memory_gib=64))
+    keeper = running("p-keep", "p", gpus_of(host, 1), start_time=0, min_runtime=30 * DAY, cpus=4, memory_gib=8,
+                     gpu_milli=500)
+    fraction = running("u-frac", "u", gpus_of(host, 1), start_time=DAY - 60, min_runtime=0, cpus=8,
+                       memory_gib=8, gpu_milli=400)
+    whole = running("u-whole", "u", gpus_of(host, 1, first=1), start_time=DAY - 60, min_runtime=0, cpus=4,
+                    memory_gib=8)
+    claimant = pending("q-big", "q", 1, submit_time=DAY - 30, seq=5, cpus=14, memory_gib=8)
+    first = schedule(snapshot(topo, ORG, running_jobs=[keeper, fraction, whole], pending_jobs=[claimant]),
+                     now=DAY, policy=POLICY)
+    assert sorted((p.job_id, p.preemptor) for p in first.preemptions) == [("u-frac", "q-big"), ("u-whole", "q-big")]
+    assert first.earmarks["q-big"] == (f"{host}:1",)
+    claimed = replace(claimant, earmarked_gpus=first.earmarks["q-big"])
+    after = schedule(snapshot(topo, ORG, running_jobs=[keeper], pending_jobs=[claimed]), now=DAY + 15,
+                     policy=POLICY)
+    assert after.earmark_drops == ()
+    assert [(s.job_id, s.gpu_ids) for s in after.starts] == [("q-big", (f"{host}:1",))]
+
+
+def test_a_fractions_plan_keeps_the_victims_whose_cpus_it_needs_on_that_host() -> None:
+    """q's fraction needs 400 milli-GPU and 8 CPUs on a host with no CPU free. GPU 0 frees enough milli-GPU
+    once an unallocated fraction on it leaves (2 CPUs back); 6 more CPUs come back only with the unallocated
+    job on GPU 1. Both are its victims, and its claim holds at the next tick: it starts once they have left
+    (a plan keeping only the fraction's victim broke at the next tick and preempted again, as in openb)."""
+    host = "hgx-00-h01"
+    topo = topology(domain("hgx-00", 1, 2, gpu_type="H100", cpus=16, memory_gib=64))
+    keeper = running("p-keep", "p", gpus_of(host, 1), start_time=0, min_runtime=30 * DAY, cpus=8, memory_gib=8,
+                     gpu_milli=500)
+    fraction = running("u-frac", "u", gpus_of(host, 1), start_time=DAY - 60, min_runtime=0, cpus=2,
+                       memory_gib=8, gpu_milli=400)
+    whole = running("u-whole", "u", gpus_of(host, 1, first=1), start_time=DAY - 60, min_runtime=0, cpus=6,
+                    memory_gib=8)
+    claimant = pending("q-frac", "q", 1, submit_time=DAY - 30, seq=5, cpus=8, memory_gib=8, gpu_milli=400)
+    first = schedule(snapshot(topo, ORG, running_jobs=[keeper, fraction, whole], pending_jobs=[claimant]),
+                     now=DAY, policy=POLICY)
+    assert sorted((p.job_id, p.preemptor) for p in first.preemptions) == [("u-frac", "q-frac"), ("u-whole", "q-frac")]
+    claimed = replace(claimant, earmarked_gpus=first.earmarks["q-frac"])
+    stopping = [replace(job, state=PREEMPTING, preempted_for="q-frac", grace_ends=DAY + 10)
+                for job in (fraction, whole)]
+    second = schedule(snapshot(topo, ORG, running_jobs=[keeper, *stopping], pending_jobs=[claimed]),
+                      now=DAY + 5, policy=POLICY)
+    assert second.earmark_drops == () and second.preemptions == ()
+    after = schedule(snapshot(topo, ORG, running_jobs=[keeper], pending_jobs=[claimed]), now=DAY + 15,
+                     policy=POLICY)
+    assert after.earmark_drops == ()
+    assert [s.job_id for s in after.starts] == ["q-frac"]
+    # Had it claimed GPU 0 (where its fraction victim is), the claim stays there: one GPU, not both.
+    on_zero = replace(claimant, earmarked_gpus=(f"{host}:0",))
+    again = schedule(snapshot(topo, ORG, running_jobs=[keeper, *stopping], pending_jobs=[on_zero]),
+                     now=DAY + 5, policy=POLICY)
+    assert again.earmarks == {"q-frac": (f"{host}:0",)} and again.earmark_drops == ()
+
+
 # ---------------------------------------------------------------- the property
 
 HOSTS = ("hgx-00", "hgx-01", "hgx-02")
