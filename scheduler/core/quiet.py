@@ -27,6 +27,10 @@ What can change a decision with time alone, each at a moment known now:
   has (`window.py`). Between those moments the comparison is a line, solved
   for when it turns.
 
+An unallocated job a tick started calls no tick by itself: it took GPUs that were
+free when the allocated jobs were decided, so an allocated job that could take them
+from it could have had them free then, on the same plan or a smaller one.
+
 And right after a tick that stopped a job that is back in the queue at once
 (its host went down): the next tick may start it elsewhere.
 
@@ -99,10 +103,6 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             continue
         if job.allocated:
             started.add(job.project)
-        elif waiting and fair_share:
-            # An unallocated job the tick started after the allocated ones were decided: any of them may
-            # take its GPUs from the next tick on (rule 4a).
-            return now + AFTER
     draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
     soonest = math.inf
     losers: set[str] = set()

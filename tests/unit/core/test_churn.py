@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import Policy, schedule
+from scheduler.core.engine import decide
 from scheduler.core.model import backoff, protection, shield, shielded_until
 from scheduler.core.quiet import quiet_until
 from scheduler.core.state import ClusterState
@@ -67,6 +68,22 @@ def test_a_back_off_that_ends_where_the_job_cannot_fit_wakes_nobody() -> None:
     shared = pending("frac", "p", 1, min_runtime=0, gpu_milli=500, preemptions=1, requeued_at=DAY - 100)
     full.submit(shared)
     assert quiet_until(full, now=DAY, policy=POLICY) == DAY + 200
+
+
+def test_an_unallocated_start_alone_calls_no_tick() -> None:
+    """The 2 GPUs left free beside q's protected job are too few for p's waiting 4-GPU job, with or without
+    the unallocated job that takes them: the next moment anything can change is when q's protection ends
+    (the tick after the start decides nothing new)."""
+    held = running("q-run", "q", gpus_of("hgx-00-h01", 6), start_time=DAY - HOUR, min_runtime=2 * HOUR)
+    waiting = pending("p-big", "p", 4, min_runtime=HOUR, submit_time=DAY - 60)
+    filler = pending("p-fill", "p", 2, min_runtime=0, submit_time=DAY - 30)
+    state = ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00")), ORG, running_jobs=[held],
+                                                pending_jobs=[waiting, filler]))
+    first = decide(state, now=DAY, policy=POLICY)
+    assert [s.job_id for s in first.starts] == ["p-fill"]
+    assert quiet_until(state, now=DAY, policy=POLICY, last=first) == DAY + HOUR
+    after = decide(state, now=DAY + 5, policy=POLICY)
+    assert after.starts == () and after.preemptions == ()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
