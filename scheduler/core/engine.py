@@ -453,6 +453,8 @@ class Cycle(BoundedSearch, Explanation):
         if claim:
             # Started (on its claim or elsewhere): what it did not use is free for others at once.
             self.capacity.release_earmarks(job.id, claim)
+            if not claim.issubset(gpu_ids):
+                self._room_came_back()
         self._started(job, placement, running_from(job, start, self.now))
 
     def _start_mig(self, job: PendingJob, placement: Placement) -> None:
@@ -584,7 +586,7 @@ class Cycle(BoundedSearch, Explanation):
     def _drop_claim(self, job: PendingJob, reason: str) -> None:
         claim = self.claims.pop(job.id, set())
         self.capacity.release_earmarks(job.id, claim)
-        self.victims.free_changed()
+        self._room_came_back()
         self.earmark_drops.append(EarmarkDrop(job.id, f"the GPUs held for it are free for others again: {reason}"))
 
     def earmarks(self) -> dict[str, tuple[str, ...]]:

@@ -20,7 +20,7 @@ from operator import attrgetter
 from . import reasons
 from .capacity import Capacity, HostState
 from .fairshare import gpu_amount
-from .model import ANY, DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, backed_off_until
+from .model import DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, backed_off_until
 from .placement import (
     HostFilter,
     JobRequest,
@@ -192,8 +192,9 @@ class BoundedSearch:
         """A job's kind, and the classes whose failures this tick stand for it (once per kind of job).
 
         Failures are remembered per class with the smallest GPU count that
-        failed: capacity and victims only shrink while a tick decides, so a
-        larger job of the same class fails too. A job that fits on one host
+        failed: capacity and victims only shrink while a tick decides (but
+        for a claim let go, `_room_came_back`), so a larger job of the same
+        class fails too. A job that fits on one host
         in every pool it may use is placed and preempts for the same way
         whatever its topology and shape; a multi-host job that one domain
         could hold preempts within one domain whatever its topology.
@@ -219,7 +220,7 @@ class BoundedSearch:
         largest_group = max((pool.largest_group for pool in pools), default=0)
         per_host = job.gpus_per_host
         if (per_host is None and job.gpus <= smallest_host) or (per_host is not None and per_host >= job.gpus):
-            placing = preempting = (None, milli, job.gpu_types, ANY, sides, exact, mig)
+            placing = preempting = (None, milli, job.gpu_types, ONE_HOST, sides, exact, mig)
         elif job.gpus <= largest_group:
             placing, preempting = kind, (per_host, milli, job.gpu_types, DOMAIN, sides, exact, mig)
         else:
@@ -319,6 +320,14 @@ class BoundedSearch:
             self._no_fit[key] = min(job.gpus, self._no_fit.get(key, math.inf))
         return placement
 
+    def _room_came_back(self) -> None:
+        """A claim let go mid-tick: its GPUs (milli-GPU, CPUs, memory) are free again. What the tick learnt from
+        jobs that did not fit or found nothing to preempt rested on room only shrinking; it is learnt anew."""
+        self._no_fit.clear()
+        self._no_victims.clear()
+        self._verdicts.clear()
+        self.victims.free_changed()
+
     def _stuck(self) -> bool:
         """Nothing free, nothing to preempt or reserve, no job owed GPUs: the rest only waits."""
         return (not self.owed and not self.victims.live and self.reservation_attempts >= self.policy.max_reservations
@@ -353,6 +362,11 @@ class BoundedSearch:
 def any_host(host: HostState) -> bool:
     return True
 
+
+# The class of jobs that fit on one host in every pool they may use, whatever their topology: never equal to a
+# topology, so it never stands for a job of topology `any` that may span hosts (which may fit across hosts
+# where a smaller one-host job did not).
+ONE_HOST = "one host"
 
 # Everything about a job that its decision depends on, but who it is.
 _alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",

@@ -375,3 +375,24 @@ def test_a_job_that_finds_every_running_job_protected_or_leaving_for_another_say
     reason = decisions.pending["q-4"].reason
     assert ("no running job may be preempted for it (each is protected by its minimum runtime, is already leaving "
             "for a job ahead of it, or belongs to project q or to a unit less served)") in reason
+
+
+def test_gpus_a_claim_lets_go_mid_tick_go_to_the_jobs_after_it() -> None:
+    """c holds a claim on 4 H100s (2 still its victim's, 2 free) but finds 4 A100s free and starts there; the 2
+    free H100s of its claim are anyone's at once. x, before c in the order, did not fit on H100s then; y, after
+    c, asks as much and starts on them (the tick's memo of x's failure no longer stands)."""
+    topo = topology(hgx("hgx-b", gpu_type="H100"), hgx("hgx-a", gpu_type="A100"))
+    org = units(("p", None, 30, 0), ("q", None, 10, 0), ("r", None, 30, 0), ("s", None, 30, 50_000))
+    leaving = running("v", "u", gpus_of("hgx-b-h01", 2), start_time=DAY - 600, min_runtime=0, state=PREEMPTING,
+                      preempted_for="c", grace_ends=DAY + 10)
+    held = [leaving, running("w", "q", gpus_of("hgx-b-h01", 4, first=4), start_time=DAY - 600, min_runtime=10 * HOUR),
+            running("z", "q", gpus_of("hgx-a-h01", 4, first=4), start_time=DAY - 600, min_runtime=10 * HOUR)]
+    h100 = frozenset({"H100"})
+    jobs = [pending("c", "p", 4, submit_time=DAY - 60, earmarked_gpus=gpus_of("hgx-b-h01", 4)),
+            pending("x", "r", 2, submit_time=DAY - 30, gpu_types=h100),
+            pending("y", "s", 2, submit_time=DAY - 20, gpu_types=h100)]
+    decisions = schedule(snapshot(topo, org, running_jobs=held, pending_jobs=jobs), now=DAY,
+                         policy=replace(POLICY, max_reservations=0))
+    started = {s.job_id: s.gpu_ids for s in decisions.starts}
+    assert started["c"] == gpus_of("hgx-a-h01", 4)
+    assert started.get("y") == gpus_of("hgx-b-h01", 2, first=2)

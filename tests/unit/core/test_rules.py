@@ -256,3 +256,18 @@ def test_a_job_asking_fewer_cpus_starts_though_a_hungrier_one_alike_did_not_fit(
                                   pending_jobs=jobs), now=NOW, policy=Policy(tick=5))
     assert [s.job_id for s in decisions.starts if s.job_id != "other"] == ["lean"]
     assert "greedy" in decisions.pending
+
+
+def test_a_job_that_may_span_hosts_starts_though_a_smaller_one_host_job_did_not_fit() -> None:
+    """4 GPUs fit on one 4-GPU host, so that job must have one host to itself: none has 4 free. An 8-GPU job
+    of topology `any` may span hosts, and 8 GPUs are free across three hosts of the rack: it starts, though the
+    4-GPU job before it did not (a tick's memo once took the two for one class)."""
+    topo = topology(domain("rack", 3, 4))
+    held = [running("q1", "q", gpus_of("rack-h01", 1), min_runtime=0, start_time=NOW - 600),
+            running("q2", "q", gpus_of("rack-h02", 2), min_runtime=0, start_time=NOW - 600),
+            running("q3", "q", gpus_of("rack-h03", 1), min_runtime=0, start_time=NOW - 600)]
+    jobs = [pending("four", "p", 4, min_runtime=0, submit_time=1), pending("eight", "p", 8, min_runtime=0, submit_time=2)]
+    decisions = schedule(snapshot(topo, units(("p", None, 50), ("q", None, 50)), running_jobs=held,
+                                  pending_jobs=jobs), now=NOW, policy=Policy(tick=5))
+    assert [s.job_id for s in decisions.starts] == ["eight"]
+    assert len(decisions.starts[0].gpu_ids) == 8
