@@ -208,19 +208,26 @@ def test_a_claim_holds_the_cpus_and_memory_its_plan_counted_on() -> None:
     assert third.earmark_drops == ()
 
 
+def _two_gpus_one_shared(*, host_cpus: int, keeper: int, fraction: int, whole: int):
+    """A host with two GPUs: GPU 0 shared by p's protected fraction (500) and an unallocated fraction (400),
+    GPU 1 held by an unallocated job; the host's CPUs and each job's as given."""
+    host = "hgx-00-h01"
+    topo = topology(domain("hgx-00", 1, 2, gpu_type="H100", cpus=host_cpus, memory_gib=64))
+    jobs = (running("p-keep", "p", gpus_of(host, 1), start_time=0, min_runtime=30 * DAY, cpus=keeper, memory_gib=8,
+                    gpu_milli=500),
+            running("u-frac", "u", gpus_of(host, 1), start_time=DAY - 60, min_runtime=0, cpus=fraction,
+                    memory_gib=8, gpu_milli=400),
+            running("u-whole", "u", gpus_of(host, 1, first=1), start_time=DAY - 60, min_runtime=0, cpus=whole,
+                    memory_gib=8))
+    return (host, topo, *jobs)
+
+
 def test_a_whole_gpu_job_claims_the_gpu_its_victims_free_not_one_a_fraction_left_shared() -> None:
     """q's job needs a whole GPU and 14 CPUs. Its victims: an unallocated job on GPU 1 (4 CPUs) and an
     unallocated fraction sharing GPU 0 with p's protected fraction (8 CPUs, needed for the CPUs alone). Only
     GPU 1 comes back whole: the claim is GPU 1, never GPU 0 (which p's job still shares: the claim would break
     at the next tick and preempt again, the openb replay's case)."""
-    host = "hgx-00-h01"
-    topo = topology(domain("hgx-00", 1, 2, gpu_type="H100", cpus=20, memory_gib=64))
-    keeper = running("p-keep", "p", gpus_of(host, 1), start_time=0, min_runtime=30 * DAY, cpus=4, memory_gib=8,
-                     gpu_milli=500)
-    fraction = running("u-frac", "u", gpus_of(host, 1), start_time=DAY - 60, min_runtime=0, cpus=8,
-                       memory_gib=8, gpu_milli=400)
-    whole = running("u-whole", "u", gpus_of(host, 1, first=1), start_time=DAY - 60, min_runtime=0, cpus=4,
-                    memory_gib=8)
+    host, topo, keeper, fraction, whole = _two_gpus_one_shared(host_cpus=20, keeper=4, fraction=8, whole=4)
     claimant = pending("q-big", "q", 1, submit_time=DAY - 30, seq=5, cpus=14, memory_gib=8)
     first = schedule(snapshot(topo, ORG, running_jobs=[keeper, fraction, whole], pending_jobs=[claimant]),
                      now=DAY, policy=POLICY)
@@ -238,14 +245,7 @@ def test_a_fractions_plan_keeps_the_victims_whose_cpus_it_needs_on_that_host() -
     once an unallocated fraction on it leaves (2 CPUs back); 6 more CPUs come back only with the unallocated
     job on GPU 1. Both are its victims, and its claim holds at the next tick: it starts once they have left
     (a plan keeping only the fraction's victim broke at the next tick and preempted again, as in openb)."""
-    host = "hgx-00-h01"
-    topo = topology(domain("hgx-00", 1, 2, gpu_type="H100", cpus=16, memory_gib=64))
-    keeper = running("p-keep", "p", gpus_of(host, 1), start_time=0, min_runtime=30 * DAY, cpus=8, memory_gib=8,
-                     gpu_milli=500)
-    fraction = running("u-frac", "u", gpus_of(host, 1), start_time=DAY - 60, min_runtime=0, cpus=2,
-                       memory_gib=8, gpu_milli=400)
-    whole = running("u-whole", "u", gpus_of(host, 1, first=1), start_time=DAY - 60, min_runtime=0, cpus=6,
-                    memory_gib=8)
+    host, topo, keeper, fraction, whole = _two_gpus_one_shared(host_cpus=16, keeper=8, fraction=2, whole=6)
     claimant = pending("q-frac", "q", 1, submit_time=DAY - 30, seq=5, cpus=8, memory_gib=8, gpu_milli=400)
     first = schedule(snapshot(topo, ORG, running_jobs=[keeper, fraction, whole], pending_jobs=[claimant]),
                      now=DAY, policy=POLICY)
