@@ -266,7 +266,8 @@ def test_a_job_that_may_span_hosts_starts_though_a_smaller_one_host_job_did_not_
     held = [running("q1", "q", gpus_of("rack-h01", 1), min_runtime=0, start_time=NOW - 600),
             running("q2", "q", gpus_of("rack-h02", 2), min_runtime=0, start_time=NOW - 600),
             running("q3", "q", gpus_of("rack-h03", 1), min_runtime=0, start_time=NOW - 600)]
-    jobs = [pending("four", "p", 4, min_runtime=0, submit_time=1), pending("eight", "p", 8, min_runtime=0, submit_time=2)]
+    jobs = [pending("four", "p", 4, min_runtime=0, submit_time=1),
+            pending("eight", "p", 8, min_runtime=0, submit_time=2)]
     decisions = schedule(snapshot(topo, units(("p", None, 50), ("q", None, 50)), running_jobs=held,
                                   pending_jobs=jobs), now=NOW, policy=Policy(tick=5))
     assert [s.job_id for s in decisions.starts] == ["eight"]
