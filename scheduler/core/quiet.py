@@ -76,6 +76,7 @@ from .model import (
 )
 from .placement import JobRequest, find_placement, lanes, needs_whole_domain
 from .reservation import grace_for, grace_period_for
+from .search import any_host
 from .state import ClusterState
 
 # A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
@@ -184,14 +185,10 @@ def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, 
                lanes(job, policy))
         fit = fits.get(key)
         if fit is None:
-            fit = fits[key] = find_placement(JobRequest.of(job, policy), capacity, _any_host) is not None
+            fit = fits[key] = find_placement(JobRequest.of(job, policy), capacity, any_host) is not None
         if fit:
             return until
     return math.inf
-
-
-def _any_host(host) -> bool:
-    return True
 
 
 def _window_turn(job: RunningJob, now: float, policy: Policy, held_back: bool) -> float:
