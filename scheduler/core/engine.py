@@ -452,9 +452,7 @@ class Cycle(BoundedSearch, Explanation):
         claim = self.claims.pop(job.id, None)
         if claim:
             # Started (on its claim or elsewhere): what it did not use is free for others at once.
-            self.capacity.release_earmarks(job.id, claim)
-            if not claim.issubset(gpu_ids):
-                self._room_came_back()
+            self._let_go(job.id, claim, kept=gpu_ids)
         self._started(job, placement, running_from(job, start, self.now))
 
     def _start_mig(self, job: PendingJob, placement: Placement) -> None:
@@ -584,10 +582,14 @@ class Cycle(BoundedSearch, Explanation):
             claim.update(capacity.earmark(job.id, host, count - released - len(own)))
 
     def _drop_claim(self, job: PendingJob, reason: str) -> None:
-        claim = self.claims.pop(job.id, set())
-        self.capacity.release_earmarks(job.id, claim)
-        self._room_came_back()
+        self._let_go(job.id, self.claims.pop(job.id, set()))
         self.earmark_drops.append(EarmarkDrop(job.id, f"the GPUs held for it are free for others again: {reason}"))
+
+    def _let_go(self, job_id: str, claim: set[str], kept: tuple[str, ...] = ()) -> None:
+        """A claim's GPUs but those `kept` (the ones its job started on) are anyone's again, at once."""
+        self.capacity.release_earmarks(job_id, claim)
+        if not claim.issubset(kept):
+            self._room_came_back()
 
     def earmarks(self) -> dict[str, tuple[str, ...]]:
         """Every claim still standing after the tick, GPUs in the topology's order."""

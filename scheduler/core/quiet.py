@@ -67,7 +67,6 @@ from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import (
     DRAINING,
     RUNNING,
-    WHOLE_GPU_MILLI,
     Decisions,
     Policy,
     RunningJob,
@@ -142,7 +141,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
                 turn = _window_turn(job, now, policy, state.held_back)
                 if turn < soonest:
                     soonest = turn
-    soonest = min(soonest, _first_backoff_that_counts(state, now, policy, fair_share))
+    soonest = min(soonest, _first_backoff_that_counts(state, now, policy, fair_share, soonest))
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
@@ -159,8 +158,10 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     return soonest
 
 
-def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, fair_share: bool) -> float:
-    """When the first unallocated job whose back-off ends after now could start then (inf: none could).
+def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, fair_share: bool,
+                               before: float) -> float:
+    """When the first unallocated job whose back-off ends after now (and before `before`, what already wakes the
+    caller) could start then; inf: none could.
 
     Back-offs are kept sorted by when they end. Under the product's rules (`fair_share`) a job that asks
     whole GPUs and no MIG instance counts only if its place is free now: nothing but an event (a run
@@ -169,23 +170,24 @@ def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, 
     toward waking. A fraction or a MIG instance, or another decision function, counts as it ends.
     """
     backoffs = state.backoff_ends(policy)
-    first = bisect_right(backoffs, now, key=itemgetter(0))
-    if first == len(backoffs) or not fair_share:
-        return backoffs[first][0] if first < len(backoffs) else math.inf
     capacity = state.capacity
     room = capacity.has_room()
     fits: dict[tuple, bool] = {}
-    for until, job_id in backoffs[first:]:
+    for until, job_id in backoffs[bisect_right(backoffs, now, key=itemgetter(0)):]:
+        if until >= before:
+            break
         job = state.pending.get(job_id)
-        if job is None or job.mig_profile or (job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI) or job.gpus == 0:
+        if job is None or not fair_share:
+            return until
+        req = JobRequest.of(job, policy)
+        if req.shared or req.mig_profile or not req.gpus:
             return until
         if not room:
             continue
-        key = (job.gpus, job.gpus_per_host, job.gpu_types, job.topology, job.cpus, job.memory_gib,
-               lanes(job, policy))
+        key = (req.gpus, req.per_host, req.gpu_types, req.topology, req.cpus, req.memory_gib, req.lanes)
         fit = fits.get(key)
         if fit is None:
-            fit = fits[key] = find_placement(JobRequest.of(job, policy), capacity, any_host) is not None
+            fit = fits[key] = find_placement(req, capacity, any_host) is not None
         if fit:
             return until
     return math.inf
