@@ -37,7 +37,12 @@ And right after a tick that stopped a job that is back in the queue at once
 And right after a tick that started allocated jobs: it charged their units
 for them (rule 2), and those charges are gone at the next tick, where such a
 unit may then take from another. (A job holding a claim is charged at the
-start of every tick alike, and so in the comparisons here.) If a reservation
+start of every tick alike, and so in the comparisons here.) Being taken from
+is the other way round: a unit charged only for jobs it started is less
+served at the next tick than when the walk compared, so no one may take more
+from it; a unit charged for a claim is charged from the next tick's start,
+before the jobs the walk met ahead of its claimant, who may then take from
+it. If a reservation
 held a job back in that tick (a job holding a claim too, kept from free GPUs
 elsewhere), the next tick is called whatever the comparisons say: where a
 reservation can hold rests on who may take from whom, so it may hold nowhere
@@ -96,6 +101,8 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     # next tick the first charges are gone, and the second come at the start of the tick, not where the walk
     # met the job; their units may compare otherwise than the tick saw them.
     started = set()
+    # Of them, the projects charged for claims: those charges are made again at the next tick's start.
+    claiming = set()
     for job_id in [s.job_id for s in last.starts] + [p.preemptor for p in last.preemptions if p.preemptor] \
             if last is not None else ():
         job = state.running.get(job_id) or state.pending.get(job_id)
@@ -103,6 +110,8 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             continue
         if job.allocated:
             started.add(job.project)
+            if job.id in state.claimants:
+                claiming.add(job.project)
     draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
     soonest = math.inf
     losers: set[str] = set()
@@ -152,7 +161,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         # holds hosts, if anywhere, may differ then: look again.
         return now + AFTER
     if fair_share and waiting and (losers or state.held_back or state.scoped):
-        soonest = min(soonest, _turns(state, now, policy, losers, window_edges, started))
+        soonest = min(soonest, _turns(state, now, policy, losers, window_edges, started, claiming))
     if fair_share and waiting and state.held_back:
         soonest = min(soonest, _leave_order_turns(state, now, policy))
     return soonest
@@ -240,7 +249,7 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
 
 
 def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], window_edges: float,
-           started: set[str]) -> float:
+           started: set[str], claiming: set[str]) -> float:
     """When the fair-share comparisons the next tick makes could first come out otherwise.
 
     Rule 4b (`may_take_from`): a waiting unit may take from a unit holding jobs past their protection once,
@@ -266,6 +275,7 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
         if job.allocated:
             claimed[job.project] += gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
     charged = {node.name for project in started for node in tree.nodes[project].path}
+    charged_for_claims = {node.name for project in claiming for node in tree.nodes[project].path}
     for node in reversed(list(tree.top_down())):
         if node.parent is not None:
             rate[node.parent.name] += rate[node.name]
@@ -286,15 +296,16 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
             gainer_side, loser_side = sides
             if gainer_side.entitled <= 0 or loser_side.entitled <= 0:
                 continue
-            soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged, now, crossing))
+            soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged,
+                                               charged_for_claims, now, crossing))
             if large is None:
                 large = _large_charges(state, policy)
             # Rule 4b's second clause (`may_take_on_own_path`): a job that needs a whole NVLink domain may take
             # from the loser once a unit on its own path below its side is less served than the loser's side.
             for node in tree.nodes[gainer].path[len(gainer_side.path):] if gainer in large else ():
                 if node.entitled > 0:
-                    soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged, now,
-                                                       crossing))
+                    soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged,
+                                                       charged_for_claims, now, crossing))
             if soonest <= now + AFTER:
                 return soonest
     if state.held_back or state.scoped:
@@ -348,8 +359,10 @@ def lines_cross(low, low_extra: float, high, high_extra: float, rate: dict[str, 
 
 
 def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float], charged: set[str],
-                now: float, crossing) -> float:
+                charged_for_claims: set[str], now: float, crossing) -> float:
     """When one of the gainer's waiting jobs (each charging its own amount) first may take from the loser.
+
+    `charged`: the units the tick charged (for starts and claims); `charged_for_claims`: those charged for claims.
 
     `charges` are smallest first, and the gainer's ratio and the moment its line crosses the loser's only grow
     with the charge: the jobs that may take now come first, and the first charge after them turns soonest.
@@ -359,7 +372,7 @@ def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str
         # Jobs holding claims are charged at the start of every tick (engine.py, `precharged`).
         gainer_charge = charge + claimed[gainer_side.name]
         if gainer_side.ratio_with(gainer_charge) < loser_side.ratio_with(loser_charge):
-            if gainer_side.name in charged or loser_side.name in charged:
+            if gainer_side.name in charged or loser_side.name in charged_for_claims:
                 return now + AFTER  # the tick's charges may have kept it from taking: look again
             continue  # it may, and the tick just now looked with these ratios
         return crossing(gainer_side, gainer_charge, loser_side, loser_charge)

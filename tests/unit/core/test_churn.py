@@ -86,6 +86,25 @@ def test_an_unallocated_start_alone_calls_no_tick() -> None:
     assert after.starts == () and after.preemptions == ()
 
 
+def test_a_start_that_made_the_loser_more_served_calls_no_tick_at_once() -> None:
+    """p may take from q, but no victim of q's makes room for p's 16-GPU job (p's own protected job holds the
+    other host). The tick starts q's small job: its charge made q more served while the walk compared, and it
+    is gone at the next tick, where q is less served, so p may take no more than it could. Nothing calls a
+    tick before the protections end (a claim's charge, made again at every tick's start, would)."""
+    org = units(("p", None, 50, 0), ("q", None, 50, 500))
+    old = running("q-old", "q", gpus_of("hgx-00-h01", 8), start_time=DAY - 10 * HOUR, min_runtime=HOUR)
+    own = running("p-run", "p", gpus_of("hgx-01-h01", 6), start_time=DAY - HOUR, min_runtime=2 * HOUR)
+    wide = pending("p-wide", "p", 16, min_runtime=HOUR, submit_time=DAY - 60)
+    small = pending("q-small", "q", 2, min_runtime=HOUR, submit_time=DAY - 30)
+    state = ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00"), hgx("hgx-01")), org,
+                                                running_jobs=[old, own], pending_jobs=[wide, small]))
+    first = decide(state, now=DAY, policy=POLICY)
+    assert [s.job_id for s in first.starts] == ["q-small"] and first.preemptions == ()
+    assert quiet_until(state, now=DAY, policy=POLICY, last=first) == DAY + HOUR
+    after = decide(state, now=DAY + POLICY.tick, policy=POLICY)
+    assert after.starts == () and after.preemptions == ()
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bursts=st.lists(st.tuples(st.integers(1, 8), st.integers(60, 4 * 3600)), min_size=3, max_size=12),
        seed=st.integers(0, 3))
