@@ -70,6 +70,7 @@ from operator import itemgetter
 
 from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import (
+    DOMAIN,
     DRAINING,
     RUNNING,
     Decisions,
@@ -120,6 +121,10 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     # (`if x < soonest: soonest = x` is `soonest = min(soonest, x)`, without a call per running job.)
     window_length = policy.window
     turns_in_window = waiting and (state.passed_over or state.held_back)
+    # Protected jobs whose protection (or shield) ends count only from when a waiting job may take them
+    # (`_protection_turns`), unless a waiting job could defragment (it may move any job past its protection).
+    narrow = fair_share and waiting and not _may_defragment(state)
+    protected: list[tuple[str, float, float]] = []
     for job in state.running.values():
         if job.state != RUNNING:
             if job.preempted_for in state.claimants and job.grace_ends is not None:
@@ -138,9 +143,13 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             window_edges = edge
         _, ends, shield_ends = run_ends[job.id]
         if ends > now:
-            if ends < soonest and (
-                    waiting or (draining and any(g.rsplit(":", 1)[0] in draining for g in job.gpu_ids))):
-                soonest = ends
+            if ends < soonest:
+                if draining and any(g.rsplit(":", 1)[0] in draining for g in job.gpu_ids):
+                    soonest = ends
+                elif narrow:
+                    protected.append((job.project, ends, shield_ends))
+                elif waiting:
+                    soonest = ends
         else:
             losers.add(job.project)
             if waiting and shield_ends > now:
@@ -160,8 +169,12 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         # tick charges claims at its start. A reservation rests on who may take from whom (rule 4b), so where it
         # holds hosts, if anywhere, may differ then: look again.
         return now + AFTER
-    if fair_share and waiting and (losers or state.held_back or state.scoped):
-        soonest = min(soonest, _turns(state, now, policy, losers, window_edges, started, claiming))
+    turns = fair_share and waiting and (losers or state.held_back or state.scoped)
+    lines = _lines(state, now, policy, window_edges) if protected or turns else None
+    if protected:
+        soonest = min(soonest, _protection_turns(state, policy, protected, lines))
+    if turns:
+        soonest = min(soonest, _turns(state, now, policy, losers, lines, started, claiming))
     if fair_share and waiting and state.held_back:
         soonest = min(soonest, _leave_order_turns(state, now, policy))
     return soonest
@@ -248,44 +261,18 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
     return soonest
 
 
-def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], window_edges: float,
-           started: set[str], claiming: set[str]) -> float:
+def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], lines: tuple, started: set[str],
+           claiming: set[str]) -> float:
     """When the fair-share comparisons the next tick makes could first come out otherwise.
 
     Rule 4b (`may_take_from`): a waiting unit may take from a unit holding jobs past their protection once,
     after charging its job, it is less served than that unit.
     """
-    # The tick at `now` summed the same usage: it is reused, not summed again (`ClusterState.usage_tree`).
-    tree = state.usage_tree(now, policy.window)
-    running = state.running_in_order()
-    # How fast each unit's usage grows now: its running allocated jobs' GPUs, less what slides out.
-    rate = dict.fromkeys(tree.nodes, 0.0)
-    edge = now - policy.window
-    for job in running:
-        if job.allocated and job.start_time > edge:
-            rate[job.project] += gpu_amount(len(job.gpu_ids), job.gpu_milli)
-    window = state.window
-    if window is not None:
-        for name in tree.nodes:
-            rate[name] += window.rate(name, True)
-        window_edges = min(window_edges, window.next_change())
-    # What waiting for victims charges each unit at every tick, and which units this tick's starts charged.
-    claimed = dict.fromkeys(tree.nodes, 0.0)
-    for job in state.claimants.values():
-        if job.allocated:
-            claimed[job.project] += gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+    tree, claimed, crossing, _ = lines
+    # Which units this tick's starts and claims charged.
     charged = {node.name for project in started for node in tree.nodes[project].path}
     charged_for_claims = {node.name for project in claiming for node in tree.nodes[project].path}
-    for node in reversed(list(tree.top_down())):
-        if node.parent is not None:
-            rate[node.parent.name] += rate[node.name]
-            claimed[node.parent.name] += claimed[node.name]
-    segment_end = window_edges
     soonest = math.inf
-
-    def crossing(low, low_extra: float, high, high_extra: float = 0.0) -> float:
-        return lines_cross(low, low_extra, high, high_extra, rate, now, segment_end)
-
     large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
     ordered_losers = sorted(losers)
     for gainer, charges in sorted(state.pending_charges().items()):
@@ -318,6 +305,97 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], wi
                 for b in waiting:
                     if a is not b and a.ratio_with(claimed[a.name]) > b.ratio_with(claimed[b.name]):
                         soonest = min(soonest, crossing(a, claimed[a.name], b, claimed[b.name]))
+    return soonest
+
+
+def _lines(state: ClusterState, now: float, policy: Policy, window_edges: float) -> tuple:
+    """(The org tree at `now`, what waiting for victims charges each unit at every tick, `crossing`: when one
+    unit's ratio line first falls below another's before the lines may bend (`lines_cross`), and `now`)."""
+    # The tick at `now` summed the same usage: it is reused, not summed again (`ClusterState.usage_tree`).
+    tree = state.usage_tree(now, policy.window)
+    running = state.running_in_order()
+    # How fast each unit's usage grows now: its running allocated jobs' GPUs, less what slides out.
+    rate = dict.fromkeys(tree.nodes, 0.0)
+    edge = now - policy.window
+    for job in running:
+        if job.allocated and job.start_time > edge:
+            rate[job.project] += gpu_amount(len(job.gpu_ids), job.gpu_milli)
+    window = state.window
+    if window is not None:
+        for name in tree.nodes:
+            rate[name] += window.rate(name, True)
+        window_edges = min(window_edges, window.next_change())
+    claimed = dict.fromkeys(tree.nodes, 0.0)
+    for job in state.claimants.values():
+        if job.allocated:
+            claimed[job.project] += gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+    for node in reversed(list(tree.top_down())):
+        if node.parent is not None:
+            rate[node.parent.name] += rate[node.name]
+            claimed[node.parent.name] += claimed[node.name]
+    segment_end = window_edges
+
+    def crossing(low, low_extra: float, high, high_extra: float = 0.0) -> float:
+        return lines_cross(low, low_extra, high, high_extra, rate, now, segment_end)
+
+    return tree, claimed, crossing, now
+
+
+def _may_defragment(state: ClusterState) -> bool:
+    """Is an allocated job waiting that defragmentation could make room for (`defrag.plan_defrag`: a multi-GPU
+    job of topology `domain`)? It may move any job past its protection, whoever holds it."""
+    return any(job.topology == DOMAIN and job.gpus > 1 for queue in state.queues[True].values() for job in queue)
+
+
+def _protection_turns(state: ClusterState, policy: Policy, protected: list[tuple[str, float, float]],
+                      lines: tuple) -> float:
+    """When the first of these protected jobs (project, protection end, shield end) could first be preempted.
+
+    A job past its protection is a victim only for a waiting job whose unit may take from its own (rule 4b):
+    a job that needs a whole NVLink domain from its protection's end (also by the second clause), any other
+    from its shield's end too. Until then it changes nothing a tick decides: where rule 5 holds moves with its
+    leaving time, which does not jump there (the caller keeps the moment when a waiting job could
+    defragment, or the job's host drains). The first moment a unit may take from another is now or when
+    their lines cross (`lines_cross`), for the smallest of its charges (a larger one crosses later).
+    """
+    tree, claimed, crossing, now = lines
+    charges = state.pending_charges()
+    large = _large_charges(state, policy)
+
+    def first_take(gainer_side, loser_side, charge: float) -> float:
+        gainer_charge = charge + claimed[gainer_side.name]
+        loser_charge = claimed[loser_side.name]
+        if gainer_side.ratio_with(gainer_charge) < loser_side.ratio_with(loser_charge):
+            return now
+        return crossing(gainer_side, gainer_charge, loser_side, loser_charge)
+
+    # Loser project -> (first moment any waiting job may take from it, first moment a whole-domain one may).
+    firsts: dict[str, tuple[float, float]] = {}
+    soonest = math.inf
+    for project, ends, shield_ends in sorted(protected):
+        first = firsts.get(project)
+        if first is None:
+            any_job = whole_job = math.inf
+            loser = tree.nodes[project]
+            for gainer, amounts in sorted(charges.items()):
+                sides = sides_at_common_ancestor(tree.nodes[gainer], loser)
+                if sides is None or not amounts:
+                    continue
+                gainer_side, loser_side = sides
+                if loser_side.entitled <= 0:
+                    continue
+                if gainer_side.entitled > 0:
+                    any_job = min(any_job, first_take(gainer_side, loser_side, amounts[0]))
+                whole = large.get(gainer)
+                if whole:
+                    if gainer_side.entitled > 0:
+                        whole_job = min(whole_job, first_take(gainer_side, loser_side, whole[0]))
+                    for node in tree.nodes[gainer].path[len(gainer_side.path):]:
+                        if node.entitled > 0:
+                            whole_job = min(whole_job, first_take(node, loser_side, whole[0]))
+            first = firsts[project] = (any_job, whole_job)
+        any_job, whole_job = first
+        soonest = min(soonest, max(ends, whole_job), max(ends, shield_ends, any_job))
     return soonest
 
 

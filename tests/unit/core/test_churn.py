@@ -105,6 +105,48 @@ def test_a_start_that_made_the_loser_more_served_calls_no_tick_at_once() -> None
     assert after.starts == () and after.preemptions == ()
 
 
+def _protected_q(p_usage: float, q_usage: float = 0, *, topology_of_waiting: str = "any"):
+    """q's job holds one host, protected for another 30 minutes; p's own job holds the other; p waits for 8 GPUs.
+    Usage in GPU-hours."""
+    org = units(("p", None, 50, p_usage), ("q", None, 50, q_usage))
+    q_job = running("q-run", "q", gpus_of("hgx-00-h01", 8), start_time=DAY - 30 * 60, min_runtime=HOUR)
+    p_job = running("p-run", "p", gpus_of("hgx-01-h01", 8), start_time=DAY - 10 * HOUR, min_runtime=HOUR)
+    waiting = pending("p-next", "p", 8, min_runtime=HOUR, submit_time=DAY - 60, topology=topology_of_waiting)
+    return ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00"), hgx("hgx-01")), org,
+                                               running_jobs=[q_job, p_job], pending_jobs=[waiting]))
+
+
+def test_a_protection_no_waiting_job_may_take_past_calls_no_tick() -> None:
+    """p is far more served than q and its usage grows as fast: no job of p may take q's job once its
+    protection ends, so that moment decides nothing (the tick there preempts nothing) and calls no tick."""
+    state = _protected_q(5000)
+    first = decide(state, now=DAY, policy=POLICY)
+    assert first.starts == () and first.preemptions == ()
+    woken = quiet_until(state, now=DAY, policy=POLICY, last=first)
+    assert woken > DAY + 30 * 60 + POLICY.tick
+    at_the_end = decide(state, now=DAY + 30 * 60 + POLICY.tick, policy=POLICY)
+    assert at_the_end.starts == () and at_the_end.preemptions == ()
+
+
+def test_a_protection_a_waiting_job_may_take_past_calls_the_tick_that_preempts() -> None:
+    """p is less served than q: q's job is p's to take the moment its protection ends, and the tick called
+    then preempts it for p's job."""
+    state = _protected_q(0, 5000)
+    first = decide(state, now=DAY, policy=POLICY)
+    assert first.starts == () and first.preemptions == ()
+    assert quiet_until(state, now=DAY, policy=POLICY, last=first) == DAY + 30 * 60
+    then = decide(state, now=DAY + 30 * 60, policy=POLICY)
+    assert [(p.job_id, p.preemptor) for p in then.preemptions] == [("q-run", "p-next")]
+
+
+def test_a_protection_calls_its_tick_while_a_waiting_job_could_defragment() -> None:
+    """A waiting multi-GPU job of topology `domain` may move any job past its protection to make room (rule 5's
+    defragmentation), whoever may take from whom: the protection's end is counted."""
+    state = _protected_q(5000, topology_of_waiting="domain")
+    first = decide(state, now=DAY, policy=POLICY)
+    assert quiet_until(state, now=DAY, policy=POLICY, last=first) == DAY + 30 * 60
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(bursts=st.lists(st.tuples(st.integers(1, 8), st.integers(60, 4 * 3600)), min_size=3, max_size=12),
        seed=st.integers(0, 3))
