@@ -9,7 +9,10 @@ skip the ticks it would waste, with the rules stated here in the core, once.
 What can change a decision with time alone, each at a moment known now:
 
 - a running allocated job's protection ends (rule 4 may then take it, and a
-  draining host lets it go, rule 7);
+  draining host lets it go, rule 7): counted from the first moment a waiting
+  job's unit may take from the job's (the protection's end for a job that
+  needs a whole NVLink domain, the shield's for any other), or at once while
+  a waiting job could defragment (it may move any job past its protection);
 - after a tick that passed over a job between its declared checkpoints, or
   counted on one leaving at its next checkpoint, or held a job back for a
   reservation: rule 4 may take it again when the grace period before its
