@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from .capacity import NOTHING, Capacity, Group, Release
 from .fairshare import gpu_amount
-from .model import RUNNING, PendingJob, Policy, RunningJob, protected_until
+from .model import DOMAIN, RUNNING, PendingJob, Policy, RunningJob, protected_until
 from .placement import HostFilter, JobRequest, find_placement, plan_in_group, pools_for
 from .preemption import lost_work
 
@@ -43,6 +43,12 @@ def migrations_left(recent: tuple[float, ...], now: float, policy: Policy) -> in
     """Migrations the hourly cap still allows, counting those of the last hour."""
     used = sum(1 for when in recent if now - HOUR < when <= now)
     return max(0, policy.defrag_max_migrations_per_hour - used)
+
+
+def defragments_for(job: PendingJob | JobRequest) -> bool:
+    """Is defragmentation tried for this job when it can't start (a multi-GPU job of topology `domain`)? It may
+    move any job past its protection, whoever holds it."""
+    return job.topology == DOMAIN and job.gpus > 1
 
 
 def plan_defrag(job: PendingJob, req: JobRequest, capacity: Capacity, *, earliest: float, budget: int,

@@ -24,14 +24,13 @@ from dataclasses import replace
 from . import mig as mig_geometry
 from . import reasons
 from .capacity import NOTHING, Capacity, HostState
-from .defrag import DefragPlan, migrations_left, plan_defrag
+from .defrag import DefragPlan, defragments_for, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
 from .earmarks import check_claims
 from .explain import Explanation
 from .fairshare import FairShareWalk, UnitNode, UnitTree, gpu_amount, sides_at_common_ancestor
 from .lifecycle import Cause, StopCause
 from .model import (
-    DOMAIN,
     PREEMPTING,
     WHOLE_GPU_MILLI,
     Decisions,
@@ -377,7 +376,7 @@ class Cycle(BoundedSearch, Explanation):
         leave_time = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job), self._on_one_host(job))
         outlook = earliest_start(req, self.capacity, leave_time, self._host_filter(req), self.now,
                                  self._claimed_by_others(job.id))
-        if req.topology == DOMAIN and req.gpus > 1:
+        if defragments_for(req):
             moves = plan_defrag(
                 job, req, self.capacity, earliest=outlook.start if outlook else math.inf,
                 budget=self.defrag_budget, unavailable=set(self.leave_at), host_filter=self._host_filter,

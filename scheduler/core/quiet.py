@@ -71,9 +71,9 @@ import math
 from bisect import bisect_right
 from operator import itemgetter
 
+from .defrag import defragments_for
 from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import (
-    DOMAIN,
     DRAINING,
     RUNNING,
     Decisions,
@@ -125,8 +125,8 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     window_length = policy.window
     turns_in_window = waiting and (state.passed_over or state.held_back)
     # Protected jobs whose protection (or shield) ends count only from when a waiting job may take them
-    # (`_protection_turns`), unless a waiting job could defragment (it may move any job past its protection).
-    narrow = fair_share and waiting and not _may_defragment(state)
+    # (`_protection_turns`), unless a waiting job could defragment (asked when the first such job is met).
+    narrow: bool | None = None if fair_share and waiting else False
     protected: list[tuple[str, float, float]] = []
     for job in state.running.values():
         if job.state != RUNNING:
@@ -149,7 +149,10 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             if ends < soonest:
                 if draining and any(g.rsplit(":", 1)[0] in draining for g in job.gpu_ids):
                     soonest = ends
-                elif narrow:
+                    continue
+                if narrow is None:
+                    narrow = not any(defragments_for(j) for queue in state.queues[True].values() for j in queue)
+                if narrow:
                     protected.append((job.project, ends, shield_ends))
                 elif waiting:
                     soonest = ends
@@ -173,11 +176,13 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         # holds hosts, if anywhere, may differ then: look again.
         return now + AFTER
     turns = fair_share and waiting and (losers or state.held_back or state.scoped)
-    lines = _lines(state, now, policy, window_edges) if protected or turns else None
-    if protected:
-        soonest = min(soonest, _protection_turns(state, policy, protected, lines))
-    if turns:
-        soonest = min(soonest, _turns(state, now, policy, losers, lines, started, claiming))
+    if protected or turns:
+        lines = _lines(state, now, policy, window_edges)
+        charges = state.pending_charges()
+        if protected:
+            soonest = min(soonest, _protection_turns(state, now, policy, protected, lines, charges))
+        if turns:
+            soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, started, claiming))
     if fair_share and waiting and state.held_back:
         soonest = min(soonest, _leave_order_turns(state, now, policy))
     return soonest
@@ -264,21 +269,21 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
     return soonest
 
 
-def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], lines: tuple, started: set[str],
-           claiming: set[str]) -> float:
+def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], lines: tuple,
+           charges_of: dict[str, list[float]], started: set[str], claiming: set[str]) -> float:
     """When the fair-share comparisons the next tick makes could first come out otherwise.
 
     Rule 4b (`may_take_from`): a waiting unit may take from a unit holding jobs past their protection once,
     after charging its job, it is less served than that unit.
     """
-    tree, claimed, crossing, _ = lines
+    tree, claimed, crossing = lines
     # Which units this tick's starts and claims charged.
     charged = {node.name for project in started for node in tree.nodes[project].path}
     charged_for_claims = {node.name for project in claiming for node in tree.nodes[project].path}
     soonest = math.inf
     large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
     ordered_losers = sorted(losers)
-    for gainer, charges in sorted(state.pending_charges().items()):
+    for gainer, charges in sorted(charges_of.items()):
         for loser in ordered_losers:
             sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[loser])
             if sides is None:
@@ -292,10 +297,9 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
                 large = _large_charges(state, policy)
             # Rule 4b's second clause (`may_take_on_own_path`): a job that needs a whole NVLink domain may take
             # from the loser once a unit on its own path below its side is less served than the loser's side.
-            for node in tree.nodes[gainer].path[len(gainer_side.path):] if gainer in large else ():
-                if node.entitled > 0:
-                    soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged,
-                                                       charged_for_claims, now, crossing))
+            for node in _own_path(tree, gainer, gainer_side) if gainer in large else ():
+                soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged,
+                                                   charged_for_claims, now, crossing))
             if soonest <= now + AFTER:
                 return soonest
     if state.held_back or state.scoped:
@@ -312,8 +316,8 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
 
 
 def _lines(state: ClusterState, now: float, policy: Policy, window_edges: float) -> tuple:
-    """(The org tree at `now`, what waiting for victims charges each unit at every tick, `crossing`: when one
-    unit's ratio line first falls below another's before the lines may bend (`lines_cross`), and `now`)."""
+    """(The org tree at `now`, what waiting for victims charges each unit at every tick, and `crossing`: when
+    one unit's ratio line first falls below another's before the lines may bend, `lines_cross`)."""
     # The tick at `now` summed the same usage: it is reused, not summed again (`ClusterState.usage_tree`).
     tree = state.usage_tree(now, policy.window)
     running = state.running_in_order()
@@ -341,17 +345,17 @@ def _lines(state: ClusterState, now: float, policy: Policy, window_edges: float)
     def crossing(low, low_extra: float, high, high_extra: float = 0.0) -> float:
         return lines_cross(low, low_extra, high, high_extra, rate, now, segment_end)
 
-    return tree, claimed, crossing, now
+    return tree, claimed, crossing
 
 
-def _may_defragment(state: ClusterState) -> bool:
-    """Is an allocated job waiting that defragmentation could make room for (`defrag.plan_defrag`: a multi-GPU
-    job of topology `domain`)? It may move any job past its protection, whoever holds it."""
-    return any(job.topology == DOMAIN and job.gpus > 1 for queue in state.queues[True].values() for job in queue)
+def _own_path(tree, gainer: str, gainer_side) -> list:
+    """The units with an entitlement on the gainer's own path below its side: rule 4b's second clause
+    (`may_take_on_own_path`) compares them for a job that needs a whole NVLink domain."""
+    return [node for node in tree.nodes[gainer].path[len(gainer_side.path):] if node.entitled > 0]
 
 
-def _protection_turns(state: ClusterState, policy: Policy, protected: list[tuple[str, float, float]],
-                      lines: tuple) -> float:
+def _protection_turns(state: ClusterState, now: float, policy: Policy, protected: list[tuple[str, float, float]],
+                      lines: tuple, charges: dict[str, list[float]]) -> float:
     """When the first of these protected jobs (project, protection end, shield end) could first be preempted.
 
     A job past its protection is a victim only for a waiting job whose unit may take from its own (rule 4b):
@@ -361,9 +365,8 @@ def _protection_turns(state: ClusterState, policy: Policy, protected: list[tuple
     defragment, or the job's host drains). The first moment a unit may take from another is now or when
     their lines cross (`lines_cross`), for the smallest of its charges (a larger one crosses later).
     """
-    tree, claimed, crossing, now = lines
-    charges = state.pending_charges()
-    large = _large_charges(state, policy)
+    tree, claimed, crossing = lines
+    large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
 
     def first_take(gainer_side, loser_side, charge: float) -> float:
         gainer_charge = charge + claimed[gainer_side.name]
@@ -375,27 +378,26 @@ def _protection_turns(state: ClusterState, policy: Policy, protected: list[tuple
     # Loser project -> (first moment any waiting job may take from it, first moment a whole-domain one may).
     firsts: dict[str, tuple[float, float]] = {}
     soonest = math.inf
-    for project, ends, shield_ends in sorted(protected):
+    for project, ends, shield_ends in protected:
         first = firsts.get(project)
         if first is None:
             any_job = whole_job = math.inf
             loser = tree.nodes[project]
-            for gainer, amounts in sorted(charges.items()):
+            for gainer, amounts in charges.items():
                 sides = sides_at_common_ancestor(tree.nodes[gainer], loser)
-                if sides is None or not amounts:
+                if sides is None or not amounts or sides[1].entitled <= 0:
                     continue
                 gainer_side, loser_side = sides
-                if loser_side.entitled <= 0:
-                    continue
+                if large is None:
+                    large = _large_charges(state, policy)
+                whole = large.get(gainer)
+                # Side by side (clause 1), smallest charge first: the one that may take soonest.
                 if gainer_side.entitled > 0:
                     any_job = min(any_job, first_take(gainer_side, loser_side, amounts[0]))
-                whole = large.get(gainer)
-                if whole:
-                    if gainer_side.entitled > 0:
+                    if whole:
                         whole_job = min(whole_job, first_take(gainer_side, loser_side, whole[0]))
-                    for node in tree.nodes[gainer].path[len(gainer_side.path):]:
-                        if node.entitled > 0:
-                            whole_job = min(whole_job, first_take(node, loser_side, whole[0]))
+                for node in _own_path(tree, gainer, gainer_side) if whole else ():
+                    whole_job = min(whole_job, first_take(node, loser_side, whole[0]))
             first = firsts[project] = (any_job, whole_job)
         any_job, whole_job = first
         soonest = min(soonest, max(ends, whole_job), max(ends, shield_ends, any_job))
