@@ -30,6 +30,12 @@ What can change a decision with time alone, each at a moment known now:
   has (`window.py`). Between those moments the comparison is a line, solved
   for when it turns.
 
+An unallocated job submitted while no GPUs it could use are free calls no
+tick either (`waits_on_arrival`): it can neither preempt nor reserve, so a
+tick would leave it waiting and decide for every other job what the last
+tick decided (the moments above still hold); only GPUs coming back, at an
+event or at one of those moments, can start it.
+
 An unallocated job a tick started calls no tick by itself: it took GPUs that were
 free when the allocated jobs were decided, so an allocated job that could take them
 from it could have had them free then, on the same plan or a smaller one.
@@ -77,6 +83,7 @@ from .model import (
     DRAINING,
     RUNNING,
     Decisions,
+    PendingJob,
     Policy,
     RunningJob,
     checkpoint_window,
@@ -186,6 +193,22 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     if fair_share and waiting and state.held_back:
         soonest = min(soonest, _leave_order_turns(state, now, policy))
     return soonest
+
+
+def waits_on_arrival(state: ClusterState, job: PendingJob, *, policy: Policy) -> bool:
+    """Would a tick now leave this just-submitted job waiting and decide nothing else anew? Yes for an
+    unallocated job asking whole GPUs (no fraction, no MIG instance) that no free GPUs could hold: it may
+    not preempt (rule 6) nor hold GPUs by a reservation (rule 5), and a job that waits charges no unit. The
+    GPUs held for claims count as free here (a tick lets its holds go), so this errs toward a tick. Ask it
+    after `state.submit(job)`, of a kept state under the product's rules (`quiet_until`'s `fair_share`).
+    """
+    if job.min_runtime > 0:
+        return False
+    req = JobRequest.of(job, policy)
+    if req.shared or req.mig_profile or not req.gpus:
+        return False
+    capacity = state.capacity
+    return not capacity.has_room() or find_placement(req, capacity, any_host) is None
 
 
 def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, fair_share: bool,

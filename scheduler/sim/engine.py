@@ -38,7 +38,7 @@ from scheduler.core.engine import decide as decide_on_state
 from scheduler.core.engine import schedule
 from scheduler.core.fairshare import share_of_cluster
 from scheduler.core.lifecycle import Outcome
-from scheduler.core.quiet import quiet_until
+from scheduler.core.quiet import quiet_until, waits_on_arrival
 from scheduler.core.state import ClusterState
 
 from .faults import Fault
@@ -210,6 +210,8 @@ class Simulation(JobLives):
                 self._end(run, when, Outcome.FINISHED if detail == FINISH else Outcome.STOPPED)
             elif kind == ARRIVAL:
                 self._submit(payload, when)
+                if self.kept and waits_on_arrival(self.state, payload.pending, policy=self.policy):
+                    continue  # a tick now would decide what the last one did (the core says when it won't)
             elif kind == FAULT:
                 self._fault(payload, when)
             self._dirty(when)

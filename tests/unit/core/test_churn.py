@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scheduler.core import Policy, schedule
 from scheduler.core.engine import decide
 from scheduler.core.model import backoff, protection, shield, shielded_until
-from scheduler.core.quiet import quiet_until
+from scheduler.core.quiet import quiet_until, waits_on_arrival
 from scheduler.core.state import ClusterState
 
 from .builders import DAY, HOUR, gpus_of, hgx, nvl72, pending, running, snapshot, topology, units
@@ -68,6 +68,29 @@ def test_a_back_off_that_ends_where_the_job_cannot_fit_wakes_nobody() -> None:
     shared = pending("frac", "p", 1, min_runtime=0, gpu_milli=500, preemptions=1, requeued_at=DAY - 100)
     full.submit(shared)
     assert quiet_until(full, now=DAY, policy=POLICY) == DAY + 200
+
+
+def test_an_unallocated_job_submitted_where_nothing_it_could_use_is_free_calls_no_tick() -> None:
+    """It may neither preempt nor reserve: a tick would leave it waiting and decide nothing else anew, so the
+    simulator need not call one for its arrival. Where free GPUs could hold it, or for an allocated job
+    (which may preempt), or a fraction (which may share a GPU), the arrival calls its tick."""
+    filler = running("f", "q", gpus_of("hgx-00-h01", 6), min_runtime=0, start_time=DAY - HOUR)
+    state = ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00")), ORG, running_jobs=[filler]))
+    four = pending("u4", "p", 4, min_runtime=0, submit_time=DAY)
+    state.submit(four)
+    assert waits_on_arrival(state, four, policy=POLICY)
+    assert decide(state, now=DAY, policy=POLICY, commit=False).starts == ()
+    two = pending("u2", "p", 2, min_runtime=0, submit_time=DAY)
+    state.submit(two)
+    assert not waits_on_arrival(state, two, policy=POLICY)
+    assert [s.job_id for s in decide(state, now=DAY, policy=POLICY).starts] == ["u2"]
+    # The host is full now: only what may preempt, or share a GPU, calls a tick.
+    later = pending("u1", "p", 1, min_runtime=0, submit_time=DAY + 60)
+    allocated = pending("a4", "p", 4, min_runtime=HOUR, submit_time=DAY + 60)
+    fraction = pending("f1", "p", 1, min_runtime=0, gpu_milli=500, submit_time=DAY + 60)
+    for job, waits in ((later, True), (allocated, False), (fraction, False)):
+        state.submit(job)
+        assert waits_on_arrival(state, job, policy=POLICY) is waits, job.id
 
 
 def test_an_unallocated_start_alone_calls_no_tick() -> None:

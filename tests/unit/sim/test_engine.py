@@ -172,6 +172,37 @@ def test_skipping_quiet_ticks_changes_nothing_in_a_nested_org(seed):
     assert quiet.events == every.events
 
 
+class Calls(Simulation):
+    """Records the moments the core was called."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.called_at = []
+
+    def _tick(self, when):
+        calls = self.core_calls
+        super()._tick(when)
+        if self.core_calls > calls:
+            self.called_at.append(when)
+
+
+def test_an_unallocated_job_submitted_into_a_full_cluster_costs_no_call():
+    """No GPU it could use is free, and it may neither preempt nor reserve: its arrival calls no tick (the core
+    says so, `quiet.waits_on_arrival`). It starts once the host is free and no allocated job wants it, as with a
+    tick every 5 s; an allocated job arriving alike calls its tick (it may preempt)."""
+    jobs = [job("held", 0.0, "p", 8, 2 * HOUR, min_runtime=2 * HOUR),
+            job("filler", 600.0, "free", 4, HOUR, min_runtime=0),
+            job("owed", 1200.0, "q", 8, HOUR, min_runtime=HOUR)]
+    host = one_host(8, tick=5)
+    quiet = Calls(host, UNITS, jobs, decide=schedule)
+    result = quiet.run()
+    every = EveryTick(host, UNITS, jobs, decide=schedule).run()
+    assert result.events == every.events
+    assert 600.0 not in quiet.called_at and 1200.0 in quiet.called_at
+    starts = {job_id: when for when, job_id, kind, _ in result.events if kind == "start"}
+    assert (starts["owed"], starts["filler"]) == (2 * HOUR, 3 * HOUR)
+
+
 @pytest.mark.parametrize("seed", [9, 10, 33])
 def test_a_tick_leaves_nothing_to_decide_at_once(seed):
     """Quiescence: right after a tick's decisions are applied, a second tick at the same moment decides
