@@ -126,7 +126,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
         cycle.allocated_jobs(state.queues[True])
 
         # 4. Unallocated jobs fill what is left, in fair-share order of free time (rule 6).
-        cycle.unallocated_jobs(state.queues[False])
+        cycle.unallocated_jobs(state.queues[False], state.smallest_unallocated_ask())
 
         # 5. Every job still pending: its reason, position and estimated start (rule 8), and why each project
         #    stands where it does in the order, unless not asked for.
@@ -259,11 +259,14 @@ class Cycle(BoundedSearch, Explanation):
                 walk.charge(charge)
                 self.victims.ratios_changed()
 
-    def unallocated_jobs(self, queues: dict[str, list[PendingJob]]) -> None:
+    def unallocated_jobs(self, queues: dict[str, list[PendingJob]], smallest_ask: float = 0) -> None:
+        """`smallest_ask`: the fewest whole GPUs a job of `queues` asks (0: one may fit however few are free,
+        `ClusterState.smallest_unallocated_ask`). Once fewer are free, the rest only waits."""
         walk = FairShareWalk(self.tree, queues, allocated=False)
         known_to_wait = self._known_to_wait
+        capacity = self.capacity
         while True:
-            if not self.capacity.has_room():
+            if not capacity.has_room() or (smallest_ask and capacity.free_gpus < smallest_ask):
                 if self.policy.explain:
                     for job in walk.rest():
                         self.order.append(job)

@@ -30,6 +30,7 @@ sequences and compares the two decision by decision.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, insort
 from collections import Counter
 from dataclasses import replace
@@ -39,6 +40,7 @@ from .fairshare import UnitTree, gpu_amount
 from .lifecycle import Cause
 from .model import (
     PREEMPTING,
+    WHOLE_GPU_MILLI,
     Decisions,
     Host,
     InSeqOrder,
@@ -124,6 +126,9 @@ class ClusterState:
         # counted on one leaving at its next checkpoint (rule 5).
         self.passed_over = False
         self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
+        # Whole GPUs each pending unallocated job asks, counted; 0 for one asking a fraction, a MIG instance or no
+        # GPU (`smallest_unallocated_ask`).
+        self._unallocated_asks: Counter[int] = Counter()
         # Project -> how many of its jobs are pending or running (the org tree needs every project named).
         self._projects: Counter[str] = Counter()
         # Bumped when a project comes or goes from `_projects`, and the projects without a unit as last worked out
@@ -280,6 +285,11 @@ class ClusterState:
     def mig_demand(self) -> Counter[tuple[str, frozenset[str]]]:
         return Counter(self._mig_demand)
 
+    def smallest_unallocated_ask(self) -> float:
+        """The fewest whole GPUs a pending unallocated job asks: 0 if one asks a fraction, a MIG instance or no
+        GPU (those may find room however few GPUs are free), inf if none waits."""
+        return min(self._unallocated_asks, default=math.inf)
+
     def projects(self) -> set[str]:
         return set(self._projects)
 
@@ -420,6 +430,8 @@ class ClusterState:
                 insort(self._backoff_ends, (backed_off_until(job, self._backoff_policy), job.id))
         if job.mig_profile:
             self._mig_demand[(job.mig_profile, job.gpu_types)] += 1
+        if not allocated:
+            self._unallocated_asks[_whole_gpus_asked(job)] += 1
         if allocated and job.gpus and not job.earmarked_gpus:
             self._charges.setdefault(job.project, Counter())[gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime] += 1
         if allocated and not job.earmarked_gpus:
@@ -447,6 +459,11 @@ class ClusterState:
             self._mig_demand[key] -= 1
             if self._mig_demand[key] <= 0:
                 del self._mig_demand[key]
+        if not allocated:
+            asked = _whole_gpus_asked(job)
+            self._unallocated_asks[asked] -= 1
+            if self._unallocated_asks[asked] <= 0:
+                del self._unallocated_asks[asked]
         if allocated and job.gpus and not job.earmarked_gpus:
             charges = self._charges[job.project]
             charge = gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
@@ -501,3 +518,9 @@ class ClusterState:
             hosts.append(host)
         self.topology = Topology(self.topology.domains, tuple(hosts))
 
+
+def _whole_gpus_asked(job: PendingJob) -> int:
+    """Whole GPUs the job needs free to start; 0 for a fraction, a MIG instance or no GPU."""
+    if job.mig_profile or not job.gpus or (job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI):
+        return 0
+    return job.gpus

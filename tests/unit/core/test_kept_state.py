@@ -125,6 +125,7 @@ def test_a_kept_state_decides_as_a_state_built_afresh(seed: int, explain: bool) 
         assert state.backing_off == rebuilt.backing_off
         assert state.backoff_ends(policy) == rebuilt.backoff_ends(policy)
         assert _counted(state.pending_asks()) == _counted(rebuilt.pending_asks())
+        assert state.smallest_unallocated_ask() == rebuilt.smallest_unallocated_ask()
         now += rng.choice((5, 5, 10, 60, 600))
 
 
@@ -140,3 +141,20 @@ def _as_pending(job, now: float):
 def _counted(asks: dict) -> dict:
     """Project -> ask -> how many (which job stands for an ask is any of them)."""
     return {project: {ask: count for ask, (count, _) in by_ask.items()} for project, by_ask in asks.items()}
+
+
+def test_the_smallest_unallocated_ask_follows_the_queue() -> None:
+    """The fewest whole GPUs a waiting unallocated job asks: once fewer are free, the tick's unallocated walk
+    ends (the rest only waits). A fraction counts as 0 (it may share a GPU); allocated jobs do not count."""
+    state = ClusterState(topology(hgx("hgx-00")), units(("p", None, 50.0), ("free", None, None)))
+    assert state.smallest_unallocated_ask() == float("inf")
+    state.submit(pending("four", "free", 4, min_runtime=0))
+    state.submit(pending("two", "free", 2, min_runtime=0))
+    state.submit(pending("one-allocated", "p", 1))
+    assert state.smallest_unallocated_ask() == 2
+    state.submit(pending("half", "free", 1, min_runtime=0, gpu_milli=500))
+    assert state.smallest_unallocated_ask() == 0
+    state.cancel("half")
+    decisions = decide(state, now=DAY, policy=Policy(tick=5))
+    assert sorted(s.job_id for s in decisions.starts) == ["four", "one-allocated", "two"]
+    assert state.smallest_unallocated_ask() == float("inf")
