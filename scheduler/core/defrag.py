@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from .capacity import NOTHING, Capacity, Group, Release
 from .fairshare import gpu_amount
 from .model import DOMAIN, RUNNING, PendingJob, Policy, RunningJob, protected_until
-from .placement import HostFilter, JobRequest, find_placement, plan_in_group, pools_for
+from .placement import HostFilter, JobRequest, find_placement, plan_in_group, pools_for, pools_in
 from .preemption import lost_work
 
 HOUR = 3600.0
@@ -51,6 +51,12 @@ def defragments_for(job: PendingJob | JobRequest) -> bool:
     return job.topology == DOMAIN and job.gpus > 1
 
 
+def free_for(sides: tuple[bool, ...], gpu_types: frozenset[str], capacity: Capacity) -> int:
+    """Free GPUs in total in the pools a job may use (`placement.pools_in`): defragmentation is tried only for a
+    job that asks no more (it waits although enough GPUs are free in total)."""
+    return sum(pool.free for side in pools_in(capacity, sides, gpu_types) for pool in side)
+
+
 def plan_defrag(job: PendingJob, req: JobRequest, capacity: Capacity, *, earliest: float, budget: int,
                 unavailable: set[str], host_filter: Callable[[JobRequest], HostFilter], now: float,
                 policy: Policy) -> DefragPlan | None:
@@ -61,9 +67,9 @@ def plan_defrag(job: PendingJob, req: JobRequest, capacity: Capacity, *, earlies
     """
     if budget <= 0:
         return None
-    pools = [pool for lane in pools_for(req, capacity) for pool in lane]
-    if sum(pool.free for pool in pools) < req.gpus:
+    if free_for(req.lanes, req.gpu_types, capacity) < req.gpus:
         return None
+    pools = [pool for lane in pools_for(req, capacity) for pool in lane]
     gain = gpu_amount(req.gpus, req.milli) * min(job.min_runtime, earliest - now)
     host_ok = host_filter(req)
     best: DefragPlan | None = None

@@ -12,7 +12,8 @@ What can change a decision with time alone, each at a moment known now:
   draining host lets it go, rule 7): counted from the first moment a waiting
   job's unit may take from the job's (the protection's end for a job that
   needs a whole NVLink domain, the shield's for any other), or at once while
-  a waiting job could defragment (it may move any job past its protection);
+  a waiting job could defragment (it may move any job past its protection;
+  tried only while as many GPUs as it asks are free in total);
 - after a tick that passed over a job between its declared checkpoints, or
   counted on one leaving at its next checkpoint, or held a job back for a
   reservation: rule 4 may take it again when the grace period before its
@@ -77,7 +78,7 @@ import math
 from bisect import bisect_right
 from operator import itemgetter
 
-from .defrag import defragments_for
+from .defrag import defragments_for, free_for
 from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import (
     DRAINING,
@@ -158,7 +159,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
                     soonest = ends
                     continue
                 if narrow is None:
-                    narrow = not any(defragments_for(j) for queue in state.queues[True].values() for j in queue)
+                    narrow = not _may_defragment(state, policy)
                 if narrow:
                     protected.append((job.project, ends, shield_ends))
                 elif waiting:
@@ -182,17 +183,37 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         # tick charges claims at its start. A reservation rests on who may take from whom (rule 4b), so where it
         # holds hosts, if anywhere, may differ then: look again.
         return now + AFTER
+    if fair_share and waiting and state.held_back:
+        soonest = min(soonest, _leave_order_turns(state, now, policy))
     turns = fair_share and waiting and (losers or state.held_back or state.scoped)
+    # Last, and only if one ends before the soonest moment found so far: a protection ending later changes nothing.
+    protected = [entry for entry in protected if entry[1] < soonest]
     if protected or turns:
         lines = _lines(state, now, policy, window_edges)
         charges = state.pending_charges()
-        if protected:
-            soonest = min(soonest, _protection_turns(state, now, policy, protected, lines, charges))
         if turns:
             soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, started, claiming))
-    if fair_share and waiting and state.held_back:
-        soonest = min(soonest, _leave_order_turns(state, now, policy))
+        if protected:
+            soonest = _protection_turns(state, now, policy, protected, lines, charges, soonest)
     return soonest
+
+
+def _may_defragment(state: ClusterState, policy: Policy) -> bool:
+    """Could a waiting job defragment (`defrag.defragments_for`) with the GPUs free now (`defrag.free_for`)?
+    Only an event or a tick that decides something frees more, and either asks this again. The GPUs held for
+    claims are free here (a tick lets its holds go), so this errs toward yes."""
+    capacity = state.capacity
+    free: dict[tuple, int] = {}
+    for queue in state.queues[True].values():
+        for job in queue:
+            if defragments_for(job):
+                key = (lanes(job, policy), job.gpu_types)
+                total = free.get(key)
+                if total is None:
+                    total = free[key] = free_for(key[0], key[1], capacity)
+                if total >= job.gpus:
+                    return True
+    return False
 
 
 def waits_on_arrival(state: ClusterState, job: PendingJob, *, policy: Policy) -> bool:
@@ -378,8 +399,9 @@ def _own_path(tree, gainer: str, gainer_side) -> list:
 
 
 def _protection_turns(state: ClusterState, now: float, policy: Policy, protected: list[tuple[str, float, float]],
-                      lines: tuple, charges: dict[str, list[float]]) -> float:
-    """When the first of these protected jobs (project, protection end, shield end) could first be preempted.
+                      lines: tuple, charges: dict[str, list[float]], before: float = math.inf) -> float:
+    """When the first of these protected jobs (project, protection end, shield end) could first be preempted, if
+    before `before` (else `before`): they are taken by when their protection ends, and none counts before that.
 
     A job past its protection is a victim only for a waiting job whose unit may take from its own (rule 4b):
     a job that needs a whole NVLink domain from its protection's end (also by the second clause), any other
@@ -400,8 +422,10 @@ def _protection_turns(state: ClusterState, now: float, policy: Policy, protected
 
     # Loser project -> (first moment any waiting job may take from it, first moment a whole-domain one may).
     firsts: dict[str, tuple[float, float]] = {}
-    soonest = math.inf
-    for project, ends, shield_ends in protected:
+    soonest = before
+    for project, ends, shield_ends in sorted(protected, key=itemgetter(1)):
+        if ends >= soonest:
+            break
         first = firsts.get(project)
         if first is None:
             any_job = whole_job = math.inf

@@ -164,10 +164,31 @@ def test_a_protection_a_waiting_job_may_take_past_calls_the_tick_that_preempts()
 
 def test_a_protection_calls_its_tick_while_a_waiting_job_could_defragment() -> None:
     """A waiting multi-GPU job of topology `domain` may move any job past its protection to make room (rule 5's
-    defragmentation), whoever may take from whom: the protection's end is counted."""
+    defragmentation), whoever may take from whom: with as many GPUs free in total as it asks (4 + 4 here, on
+    two hosts), the protection's end is counted, and the tick then moves q's job out of its host for p's."""
+    org = units(("p", None, 50, 5000), ("q", None, 50, 0))
+    q_job = running("q-run", "q", gpus_of("hgx-00-h01", 4), start_time=DAY - 30 * 60, min_runtime=HOUR,
+                    last_checkpoint=DAY + 25 * 60)
+    p_jobs = [running("p-1", "p", gpus_of("hgx-01-h01", 4), start_time=DAY - 30 * 60, min_runtime=3 * HOUR),
+              running("p-2", "p", gpus_of("hgx-02-h01", 8), start_time=DAY - 30 * 60, min_runtime=3 * HOUR)]
+    waiting = pending("p-next", "p", 8, min_runtime=HOUR, submit_time=DAY - 60, topology="domain")
+    state = ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00"), hgx("hgx-01"), hgx("hgx-02")), org,
+                                                running_jobs=[q_job, *p_jobs], pending_jobs=[waiting]))
+    first = decide(state, now=DAY, policy=POLICY)
+    assert first.starts == () and first.preemptions == ()
+    assert quiet_until(state, now=DAY, policy=POLICY, last=first) == DAY + 30 * 60
+    then = decide(state, now=DAY + 30 * 60, policy=POLICY)
+    assert [(p.job_id, p.preemptor) for p in then.preemptions] == [("q-run", "p-next")]
+
+
+def test_a_protection_calls_no_tick_for_a_job_that_could_not_defragment() -> None:
+    """Defragmentation is tried only while as many GPUs are free in total as the waiting job asks: with both
+    hosts full, only events free GPUs, so q's protection end (which p may not take past) calls no tick."""
     state = _protected_q(5000, topology_of_waiting="domain")
     first = decide(state, now=DAY, policy=POLICY)
-    assert quiet_until(state, now=DAY, policy=POLICY, last=first) == DAY + 30 * 60
+    assert quiet_until(state, now=DAY, policy=POLICY, last=first) > DAY + 30 * 60 + POLICY.tick
+    at_the_end = decide(state, now=DAY + 30 * 60 + POLICY.tick, policy=POLICY)
+    assert at_the_end.starts == () and at_the_end.preemptions == ()
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
