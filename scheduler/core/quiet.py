@@ -78,7 +78,7 @@ import math
 from bisect import bisect_right
 from operator import itemgetter
 
-from .defrag import defragments_for, free_for
+from .defrag import free_for
 from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import (
     DRAINING,
@@ -204,15 +204,14 @@ def _may_defragment(state: ClusterState, policy: Policy) -> bool:
     claims are free here (a tick lets its holds go), so this errs toward yes."""
     capacity = state.capacity
     free: dict[tuple, int] = {}
-    for queue in state.queues[True].values():
-        for job in queue:
-            if defragments_for(job):
-                key = (lanes(job, policy), job.gpu_types)
-                total = free.get(key)
-                if total is None:
-                    total = free[key] = free_for(key[0], key[1], capacity)
-                if total >= job.gpus:
-                    return True
+    # One job stands for all that ask alike (the state keeps them counted).
+    for _, job in state.defrag_asks().values():
+        key = (lanes(job, policy), job.gpu_types)
+        total = free.get(key)
+        if total is None:
+            total = free[key] = free_for(key[0], key[1], capacity)
+        if total >= job.gpus:
+            return True
     return False
 
 

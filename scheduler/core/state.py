@@ -36,6 +36,7 @@ from collections import Counter
 from dataclasses import replace
 
 from .capacity import Capacity
+from .defrag import defragments_for
 from .fairshare import UnitTree, gpu_amount
 from .lifecycle import Cause
 from .model import (
@@ -126,6 +127,9 @@ class ClusterState:
         # counted on one leaving at its next checkpoint (rule 5).
         self.passed_over = False
         self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
+        # What the pending allocated jobs that defragmentation is tried for ask (`defrag.defragments_for`: GPUs,
+        # minimum runtime, GPU types) -> [how many, one of them] (`defrag_asks`).
+        self._defrag_asks: dict[tuple, list] = {}
         # Whole GPUs each pending unallocated job asks, counted; 0 for one asking a fraction, a MIG instance or no
         # GPU (`smallest_unallocated_ask`).
         self._unallocated_asks: Counter[int] = Counter()
@@ -285,6 +289,11 @@ class ClusterState:
     def mig_demand(self) -> Counter[tuple[str, frozenset[str]]]:
         return Counter(self._mig_demand)
 
+    def defrag_asks(self) -> dict[tuple, list]:
+        """What the pending allocated jobs that defragmentation is tried for ask (GPUs, minimum runtime, GPU
+        types) -> [how many, one of them] (the caller must not change it)."""
+        return self._defrag_asks
+
     def smallest_unallocated_ask(self) -> float:
         """The fewest whole GPUs a pending unallocated job asks: 0 if one asks a fraction, a MIG instance or no
         GPU (those may find room however few GPUs are free), inf if none waits."""
@@ -432,6 +441,8 @@ class ClusterState:
             self._mig_demand[(job.mig_profile, job.gpu_types)] += 1
         if not allocated:
             self._unallocated_asks[_whole_gpus_asked(job)] += 1
+        elif defragments_for(job):
+            self._defrag_asks.setdefault(_defrag_ask(job), [0, job])[0] += 1
         if allocated and job.gpus and not job.earmarked_gpus:
             self._charges.setdefault(job.project, Counter())[gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime] += 1
         if allocated and not job.earmarked_gpus:
@@ -464,6 +475,12 @@ class ClusterState:
             self._unallocated_asks[asked] -= 1
             if self._unallocated_asks[asked] <= 0:
                 del self._unallocated_asks[asked]
+        elif defragments_for(job):
+            key = _defrag_ask(job)
+            entry = self._defrag_asks[key]
+            entry[0] -= 1
+            if entry[0] <= 0:
+                del self._defrag_asks[key]
         if allocated and job.gpus and not job.earmarked_gpus:
             charges = self._charges[job.project]
             charge = gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
@@ -517,6 +534,11 @@ class ClusterState:
                                       for m in host.mig))
             hosts.append(host)
         self.topology = Topology(self.topology.domains, tuple(hosts))
+
+
+def _defrag_ask(job: PendingJob) -> tuple:
+    """What a job's pools and size for defragmentation depend on (`quiet._may_defragment`)."""
+    return (job.gpus, job.min_runtime, job.gpu_types)
 
 
 def _whole_gpus_asked(job: PendingJob) -> int:

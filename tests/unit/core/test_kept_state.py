@@ -126,6 +126,8 @@ def test_a_kept_state_decides_as_a_state_built_afresh(seed: int, explain: bool) 
         assert state.backoff_ends(policy) == rebuilt.backoff_ends(policy)
         assert _counted(state.pending_asks()) == _counted(rebuilt.pending_asks())
         assert state.smallest_unallocated_ask() == rebuilt.smallest_unallocated_ask()
+        assert {ask: n for ask, (n, _) in state.defrag_asks().items()} == \
+            {ask: n for ask, (n, _) in rebuilt.defrag_asks().items()}
         now += rng.choice((5, 5, 10, 60, 600))
 
 
