@@ -16,7 +16,11 @@ What it keeps:
   place;
 - the running jobs, the ones stopping (their grace period), and the jobs
   holding a claim on GPUs (rule 4);
-- the MIG demand and the projects with work (for the org tree).
+- the MIG demand and the projects with work (for the org tree);
+- what the waiting jobs ask, counted: allocated jobs' charges and asks, the
+  asks of those defragmentation is tried for (both for `quiet.py`), and the
+  whole GPUs unallocated jobs ask (the tick's unallocated walk ends once
+  fewer are free than the smallest).
 
 `engine.decide(state, now=, policy=)` runs the tick's phases on it and,
 unless told not to, commits what it decided: started jobs hold their GPUs, preempted
