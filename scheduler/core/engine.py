@@ -259,7 +259,7 @@ class Cycle(BoundedSearch, Explanation):
                 walk.charge(charge)
                 self.victims.ratios_changed()
 
-    def unallocated_jobs(self, queues: dict[str, list[PendingJob]], smallest_ask: float = 0) -> None:
+    def unallocated_jobs(self, queues: dict[str, list[PendingJob]], smallest_ask: float) -> None:
         """`smallest_ask`: the fewest whole GPUs a job of `queues` asks (0: one may fit however few are free,
         `ClusterState.smallest_unallocated_ask`). Once fewer are free, the rest only waits."""
         walk = FairShareWalk(self.tree, queues, allocated=False)

@@ -78,6 +78,7 @@ import math
 from bisect import bisect_right
 from operator import itemgetter
 
+from .capacity import Capacity
 from .defrag import free_for
 from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import (
@@ -222,13 +223,7 @@ def waits_on_arrival(state: ClusterState, job: PendingJob, *, policy: Policy) ->
     GPUs held for claims count as free here (a tick lets its holds go), so this errs toward a tick. Ask it
     after `state.submit(job)`, of a kept state under the product's rules (`quiet_until`'s `fair_share`).
     """
-    if job.min_runtime > 0:
-        return False
-    req = JobRequest.of(job, policy)
-    if req.shared or req.mig_profile or not req.gpus:
-        return False
-    capacity = state.capacity
-    return not capacity.has_room() or find_placement(req, capacity, any_host) is None
+    return job.min_runtime == 0 and not _room_now(JobRequest.of(job, policy), state.capacity)
 
 
 def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, fair_share: bool,
@@ -243,8 +238,6 @@ def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, 
     toward waking. A fraction or a MIG instance, or another decision function, counts as it ends.
     """
     backoffs = state.backoff_ends(policy)
-    capacity = state.capacity
-    room = capacity.has_room()
     fits: dict[tuple, bool] = {}
     for until, job_id in backoffs[bisect_right(backoffs, now, key=itemgetter(0)):]:
         if until >= before:
@@ -253,17 +246,23 @@ def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, 
         if job is None or not fair_share:
             return until
         req = JobRequest.of(job, policy)
-        if req.shared or req.mig_profile or not req.gpus:
-            return until
-        if not room:
-            continue
-        key = (req.gpus, req.per_host, req.gpu_types, req.topology, req.cpus, req.memory_gib, req.lanes)
+        key = (req.gpus, req.per_host, req.milli, req.mig_profile, req.gpu_types, req.topology, req.cpus,
+               req.memory_gib, req.lanes)
         fit = fits.get(key)
         if fit is None:
-            fit = fits[key] = find_placement(req, capacity, any_host) is not None
+            fit = fits[key] = _room_now(req, state.capacity)
         if fit:
             return until
     return math.inf
+
+
+def _room_now(req: JobRequest, capacity: Capacity) -> bool:
+    """Could an unallocated job start on the GPUs free now? Always for a fraction, a MIG instance or no GPU (they
+    may find room however few are free); else if free GPUs could hold it. GPUs held for claims count as free
+    (a tick lets its holds go), so this errs toward yes."""
+    if req.shared or req.mig_profile or not req.gpus:
+        return True
+    return capacity.has_room() and find_placement(req, capacity, any_host) is not None
 
 
 def _window_turn(job: RunningJob, now: float, policy: Policy, held_back: bool) -> float:
