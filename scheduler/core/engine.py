@@ -120,7 +120,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
     # 2. Jobs that leave whatever waits: down hosts, maximum runtimes, drains (rule 7).
     forced, leave_at = jobs_leaving(ordered, capacity, now=now, policy=policy)
     cycle = Cycle(ordered, state.claimants, state.recent_defrag_migrations(now), capacity, tree, leave_at, now,
-                  policy, earmark_drops, state.run_ends(policy))
+                  policy, state.classes, earmark_drops, state.run_ends(policy))
     try:
         # 3. Allocated jobs in fair-share order: start, preempt, reserve, defragment (rules 2-5).
         cycle.allocated_jobs(state.queues[True])
@@ -168,8 +168,8 @@ class Cycle(BoundedSearch, Explanation):
 
     def __init__(self, running: tuple[RunningJob, ...], claimants: dict[str, PendingJob],
                  recent_defrag_migrations: tuple[float, ...], capacity: Capacity, tree: UnitTree,
-                 leave_at: dict[str, float], now: float, policy: Policy, earmark_drops: list[EarmarkDrop] = (),
-                 run_ends: dict | None = None):
+                 leave_at: dict[str, float], now: float, policy: Policy, classes: dict[str, int],
+                 earmark_drops: list[EarmarkDrop] = (), run_ends: dict | None = None):
         self.running = running
         self.capacity = capacity
         self.tree = tree
@@ -216,7 +216,7 @@ class Cycle(BoundedSearch, Explanation):
         # Rule 5 is tried for the first jobs that can't start, at most max_reservations of them.
         self.reservation_attempts = 0
         self.defrag_budget = migrations_left(recent_defrag_migrations, now, policy)
-        self._start_search()
+        self._start_search(classes)
         self._reserved: list[HostState] = []
         # Until when each reservation holds (see `_hold`), sorted.
         self._reserved_until: list[float] = []
@@ -253,6 +253,7 @@ class Cycle(BoundedSearch, Explanation):
                 self.order.append(job)
                 if not known_to_wait(job):
                     break
+                self._pass_known(walk)
             self.owed.discard(job.id)
             charge = self._charge(job)
             if self._allocated_job(job, charge) and job.id not in self.precharged:
@@ -280,6 +281,7 @@ class Cycle(BoundedSearch, Explanation):
                 self.order.append(job)
                 if not self._backing_off(job) and not known_to_wait(job):
                     break
+                self._pass_known(walk)
             if self._never_fits(job):
                 continue
             placement = self._placement(job)
@@ -288,6 +290,18 @@ class Cycle(BoundedSearch, Explanation):
                 continue
             self._start(job, placement)
             walk.charge(gpu_amount(job.gpus, job.gpu_milli) * UNALLOCATED_CHARGE_SECONDS)
+
+    def _pass_known(self, walk: FairShareWalk) -> None:
+        """The jobs after the one just passed over in its project's queue whose class is known to wait (none owed
+        GPUs) wait alike: they are passed over at once, and recorded as `_known_to_wait` (and `_backing_off`)
+        would have recorded each. Nothing was charged in between, so they come next in the order."""
+        passed = walk.pass_known(self._class_of, self._verdicts, self.owed)
+        if passed and self.policy.explain:
+            verdicts, class_of = self._verdicts, self._class_of
+            for job in passed:
+                self.order.append(job)
+                if job.allocated or not self._backing_off(job):
+                    self.waits[job.id] = verdicts[class_of[job.id]]
 
     def _backing_off(self, job: PendingJob) -> bool:
         """Is this unallocated job still backing off from its last preemption? Records until when."""

@@ -286,6 +286,22 @@ class FairShareWalk:
         name = self._descend()
         return self._take(name) if name is not None else None
 
+    def pass_known(self, class_of: dict[str, int], known: dict, owed: set[str]) -> list[PendingJob]:
+        """Take at once the next jobs of the project `next()` takes from while their class (`class_of`) is in
+        `known` and none is in `owed`, and return them, in order: jobs the caller knows wait, as `next()` would
+        have given them one by one (nothing is charged in between)."""
+        name = self._current
+        queue = self._queues[name]
+        start = position = self._cursor[name]
+        end = len(queue)
+        while position < end:
+            job_id = queue[position].id
+            if class_of[job_id] not in known or job_id in owed:
+                break
+            position += 1
+        self._cursor[name] = position
+        return queue[start:position]
+
     def _descend(self) -> str | None:
         """Down the heap tops to the project with the next job; drops units with nothing left."""
         while True:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from .lifecycle import StopCause, end_of_stop
 from .mig import profile_milli
@@ -214,6 +215,12 @@ class PendingJob:
     @property
     def allocated(self) -> bool:
         return self.min_runtime > 0
+
+
+# Everything about a pending job that a tick's decision for it reads, but who it is: jobs alike in all of it are
+# decided alike (a tick's verdicts are kept per such class, `search.BoundedSearch._known_to_wait`).
+alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
+                   "max_runtime", "cpus", "memory_gib", "mig_profile")
 
 
 @dataclass(frozen=True)

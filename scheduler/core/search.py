@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
-from operator import attrgetter
 
 from . import reasons
 from .capacity import Capacity, HostState
@@ -68,7 +67,7 @@ class BoundedSearch:
     (`_reserved`, `_reserved_until`).
     """
 
-    def _start_search(self) -> None:
+    def _start_search(self, classes: dict[str, int]) -> None:
         # What depends only on a job, the policy and the capacity's shape, from the last tick on this capacity
         # (a kept state's): a job's request and whether it needs a whole domain (kept while the job is the same
         # object), the classes of jobs by what they ask, and which of them no healthy capacity could hold; and
@@ -97,11 +96,14 @@ class BoundedSearch:
         # and the last tick's on this capacity, whose objects are handed out again (one per key, as if made anew).
         self._waiting_alike: dict[tuple, Wait] = {}
         self._carried_no_room: dict[tuple, Wait] = carried["no_room"]
-        # What jobs alike are known to wait for (see `_known_to_wait`); cleared by a new reservation.
-        self._verdicts: dict[tuple, Wait] = {}
+        # Pending job id -> the number of its class: jobs alike in all their decision reads but who they are
+        # (`model.alike`) share one (`ClusterState.classes`).
+        self._class_of = classes
+        # Class -> what its jobs are known to wait for (see `_known_to_wait`); cleared when room comes back.
+        self._verdicts: dict[int, Wait] = {}
         # (GPUs, kind) -> the Wait of jobs no healthy capacity could hold, or None if some could.
         self._never_waits: dict[tuple, Wait | None] = {}
-        self._resting: dict[tuple, Wait] = {}
+        self._resting: dict[int, Wait] = {}
         self._no_fit: dict[tuple, int] = {}
         # (project, class, reservations, whole domain, on one host) -> (GPUs, charge, passed over a job between its
         # checkpoints) of a job that found nothing to preempt.
@@ -247,7 +249,7 @@ class BoundedSearch:
         """
         if job.id in self.owed:
             return False
-        alike = _alike(job)
+        alike = self._class_of[job.id]
         wait = self._verdicts.get(alike)
         if wait is None:
             wait = self._verdict(job)
@@ -352,7 +354,7 @@ class BoundedSearch:
 
     def _wait_without_search(self, job: PendingJob) -> None:
         """Record that a job waits, once nothing more can start or preempt (per kind of job)."""
-        alike = _alike(job)
+        alike = self._class_of[job.id]
         wait = self._resting.get(alike)
         if wait is None:
             wait = self._resting[alike] = self._never_wait(job) or self._waiting(job)
@@ -368,9 +370,6 @@ def any_host(host: HostState) -> bool:
 # where a smaller one-host job did not).
 ONE_HOST = "one host"
 
-# Everything about a job that its decision depends on, but who it is.
-_alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
-                    "max_runtime", "cpus", "memory_gib", "mig_profile")
 
 
 def _never_fits(req: JobRequest, capacity: Capacity) -> str:

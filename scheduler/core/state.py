@@ -56,6 +56,7 @@ from .model import (
     Start,
     Topology,
     Unit,
+    alike,
     backed_off_until,
     protected_until,
     shielded_until,
@@ -113,6 +114,10 @@ class ClusterState:
         # Allocated? -> project -> its pending jobs in project order, and their keys (for bisection).
         self.queues: dict[bool, dict[str, list[PendingJob]]] = {True: {}, False: {}}
         self._queue_keys: dict[bool, dict[str, list[tuple]]] = {True: {}, False: {}}
+        # Pending job id -> the number of its class (`model.alike`: jobs alike in all a decision reads of them but
+        # who they are share one), numbered as classes are first met, never reused.
+        self.classes: dict[str, int] = {}
+        self._class_numbers: dict[tuple, int] = {}
         # Jobs holding a claim on GPUs (rule 4), and running jobs in their grace period.
         self.claimants: dict[str, PendingJob] = {}
         # Pending unallocated jobs requeued after a preemption: the only ones that may be backing off
@@ -428,6 +433,8 @@ class ClusterState:
 
     def _add_pending(self, job: PendingJob) -> None:
         self.pending[job.id] = job
+        numbers = self._class_numbers
+        self.classes[job.id] = numbers.setdefault(alike(job), len(numbers))
         allocated = job.min_runtime > 0
         key = _order(job)
         keys = self._queue_keys[allocated].setdefault(job.project, [])
@@ -456,6 +463,7 @@ class ClusterState:
 
     def _remove_pending(self, job: PendingJob) -> None:
         del self.pending[job.id]
+        del self.classes[job.id]
         allocated = job.min_runtime > 0
         keys = self._queue_keys[allocated][job.project]
         queue = self.queues[allocated][job.project]

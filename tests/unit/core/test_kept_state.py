@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from scheduler.core import DOMAIN, DOWN, DRAINED, DRAINING, PREEMPTING, PREFERRED, UP, Policy, schedule
 from scheduler.core.engine import decide
+from scheduler.core.model import alike
 from scheduler.core.state import ClusterState
 
 from .builders import DAY, HOUR, domain, hgx, pending, topology, units
@@ -126,6 +127,7 @@ def test_a_kept_state_decides_as_a_state_built_afresh(seed: int, explain: bool) 
         assert state.backoff_ends(policy) == rebuilt.backoff_ends(policy)
         assert _counted(state.pending_asks()) == _counted(rebuilt.pending_asks())
         assert state.smallest_unallocated_ask() == rebuilt.smallest_unallocated_ask()
+        assert _classes(state) == _classes(rebuilt)
         assert {ask: n for ask, (n, _) in state.defrag_asks().items()} == \
             {ask: n for ask, (n, _) in rebuilt.defrag_asks().items()}
         now += rng.choice((5, 5, 10, 60, 600))
@@ -138,6 +140,17 @@ def _as_pending(job, now: float):
                    gpu_milli=job.gpu_milli, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
                    memory_gib=job.memory_gib, preemptions=job.preemptions + 1,
                    requeued_at=None if job.allocated else now)
+
+
+def _classes(state: ClusterState) -> set[frozenset[str]]:
+    """The pending jobs grouped by the state's class numbers; jobs of one class are alike (`model.alike`)."""
+    groups: dict[int, set[str]] = {}
+    for job_id, number in state.classes.items():
+        groups.setdefault(number, set()).add(job_id)
+    assert state.classes.keys() == state.pending.keys()
+    for group in groups.values():
+        assert len({alike(state.pending[job_id]) for job_id in group}) == 1
+    return {frozenset(group) for group in groups.values()}
 
 
 def _counted(asks: dict) -> dict:
