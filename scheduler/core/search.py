@@ -32,9 +32,6 @@ from .placement import (
     spans_hosts,
 )
 
-# Slots of a job's entry in `_jobs_seen` (and the carried one) holding facts of its request.
-_WHOLE_DOMAIN, _SPANS_HOSTS = 2, 3
-
 # What happened to a job that did not start.
 NEVER = "never"  # no healthy capacity could ever hold it
 NO_ROOM = "no_room"  # nothing fits now, nothing it may preempt
@@ -69,25 +66,27 @@ class BoundedSearch:
 
     def _start_search(self, classes: dict[str, int]) -> None:
         # What depends only on a job, the policy and the capacity's shape, from the last tick on this capacity
-        # (a kept state's): a job's request and whether it needs a whole domain (kept while the job is the same
-        # object), the classes of jobs by what they ask, and which of them no healthy capacity could hold; and
-        # which asks need a whole domain, for `quiet_until` (`quiet._large_charges`).
+        # (a kept state's): a job's request (kept while the job is the same object), the classes of jobs by what
+        # they ask, what jobs of each of the state's classes are (`_classes`, `_shape`), and which of them no
+        # healthy capacity could hold; and which asks need a whole domain, for `quiet_until`
+        # (`quiet._large_charges`).
         capacity, policy = self.capacity, self.policy
         carried = capacity.carried if capacity.carried is not None and capacity.carried["policy"] is policy \
-            else {"policy": policy, "jobs": {}, "classes": {}, "key_objects": {}, "never": {}, "whole_domain_asks": {},
-                  "backoffs": {}, "no_room": {}}
+            else {"policy": policy, "jobs": {}, "classes": {}, "class_keys": {}, "shapes": {}, "key_objects": {},
+                  "never": {}, "whole_domain_asks": {}, "backoffs": {}, "no_room": {}}
         capacity.carried = carried
-        self._carried_jobs: dict[str, tuple[PendingJob, JobRequest, bool | None, bool | None]] = carried["jobs"]
+        self._carried_jobs: dict[str, tuple[PendingJob, JobRequest]] = carried["jobs"]
         # Requeued unallocated job id -> (the job, until when it backs off, its Wait while it does), from the last
         # tick on this capacity, and this tick's, handed on at the end (`carry`).
         self._carried_backoffs: dict[str, tuple[PendingJob, float, Wait]] = carried["backoffs"]
         self._backoffs_seen: dict[str, tuple[PendingJob, float, Wait]] = {}
-        # This tick's: job id -> (job, its request, whole domain or None, spans hosts or None), handed on at the
-        # end (`carry`).
-        self._jobs_seen: dict[str, list] = {}
+        # This tick's: job id -> (job, its request), handed on at the end (`carry`).
+        self._jobs_seen: dict[str, tuple[PendingJob, JobRequest]] = {}
         self._requests: dict[str, JobRequest] = {}
-        self._whole: dict[str, bool] = {}
-        self._keys: dict[str, tuple[tuple, tuple, tuple]] = {}
+        # The state's class number -> (kind, placement class, preemption class) of its jobs (`_classify`), and
+        # -> (needs a whole domain, fits on one host) (`_shape`).
+        self._class_keys: dict[int, tuple[tuple, tuple, tuple]] = carried["class_keys"]
+        self._shapes: dict[int, tuple[bool, bool]] = carried["shapes"]
         self._key_objects: dict[tuple, tuple] = carried["key_objects"]
         self._classes_by_fields: dict[tuple, tuple[tuple, tuple, tuple]] = carried["classes"]
         # (GPUs, kind) -> why no healthy capacity could ever hold such a job ("" if some could).
@@ -108,10 +107,6 @@ class BoundedSearch:
         # (project, class, reservations, whole domain, on one host) -> (GPUs, charge, passed over a job between its
         # checkpoints) of a job that found nothing to preempt.
         self._no_victims: dict[tuple, tuple[int, float, bool]] = {}
-        # Job id -> does it need more than one host (`_on_one_host`).
-        self._spans: dict[str, bool] = {}
-        # Job id -> (`_whole_domain`, `_on_one_host`), as `_no_victims_key` asks them for every job it meets.
-        self._search_shapes: dict[str, tuple[bool, bool]] = {}
         # (placement class, reservations) of jobs only a reservation kept from starting.
         self._kept_out: set[tuple] = set()
         self._claimant_kept_out = False
@@ -120,7 +115,7 @@ class BoundedSearch:
     def _on_one_host(self, job: PendingJob) -> bool:
         """Does the job fit on one host? Such a job waits for every victim's declared checkpoints, one that needs
         several hosts only for victims holding whole hosts (`model.waits_for_checkpoints`)."""
-        return not self._carried_fact(job, self._spans, _SPANS_HOSTS, spans_hosts)
+        return self._shape(job)[1]
 
     def _whole_domain(self, job: PendingJob) -> bool:
         """Does the job need at least one whole multi-host NVLink domain (rule 5's large jobs)?
@@ -128,22 +123,17 @@ class BoundedSearch:
         Such a job may preempt a job once its protection ends, though earlier preemptions still shield it from
         others (`model.shield`), so the large jobs' bound (cap + grace + tick) holds.
         """
-        return self._carried_fact(job, self._whole, _WHOLE_DOMAIN, needs_whole_domain)
+        return self._shape(job)[0]
 
-    def _carried_fact(self, job: PendingJob, known: dict[str, bool], slot: int, derive) -> bool:
-        """A fact of the job's request, worked out once per tick and carried to the next tick on this capacity
-        while the job is the same object (slot `slot` of `_jobs_seen`)."""
-        fact = known.get(job.id)
-        if fact is None:
+    def _shape(self, job: PendingJob) -> tuple[bool, bool]:
+        """(Does it need a whole multi-host domain, does it fit on one host): what they read of a job is all in
+        its class (`model.alike`), so they are worked out once per class on this capacity."""
+        number = self._class_of[job.id]
+        shape = self._shapes.get(number)
+        if shape is None:
             req = self._request(job)
-            carried = self._carried_jobs.get(job.id)
-            if carried is not None and carried[0] is job and carried[slot] is not None:
-                fact = carried[slot]
-            else:
-                fact = derive(req, self.capacity)
-            known[job.id] = fact
-            self._jobs_seen[job.id][slot] = fact
-        return fact
+            shape = self._shapes[number] = (needs_whole_domain(req, self.capacity), not spans_hosts(req, self.capacity))
+        return shape
 
     def _request(self, job: PendingJob) -> JobRequest:
         req = self._requests.get(job.id)
@@ -151,12 +141,12 @@ class BoundedSearch:
             carried = self._carried_jobs.get(job.id)
             req = carried[1] if carried is not None and carried[0] is job else JobRequest.of(job, self.policy)
             self._requests[job.id] = req
-            self._jobs_seen[job.id] = [job, req, None, None]
+            self._jobs_seen[job.id] = (job, req)
         return req
 
     def carry(self) -> None:
         """Hand the requests (and back-offs) of the jobs this tick looked at on to the next tick on this capacity."""
-        self.capacity.carried["jobs"] = {job_id: tuple(seen) for job_id, seen in self._jobs_seen.items()}
+        self.capacity.carried["jobs"] = self._jobs_seen
         self.capacity.carried["backoffs"] = self._backoffs_seen
         self.capacity.carried["no_room"] = self._waiting_alike
 
@@ -188,7 +178,7 @@ class BoundedSearch:
 
     def _classes(self, job: PendingJob) -> tuple[tuple, tuple, tuple]:
         """(kind, placement class, preemption class); see `_classify`."""
-        return self._keys.get(job.id) or self._classify(job)
+        return self._class_keys.get(self._class_of[job.id]) or self._classify(job)
 
     def _classify(self, job: PendingJob) -> tuple[tuple, tuple, tuple]:
         """A job's kind, and the classes whose failures this tick stand for it (once per kind of job).
@@ -207,7 +197,7 @@ class BoundedSearch:
         keys = self._classes_by_fields.get(fields)
         if keys is None:
             keys = self._classes_by_fields[fields] = self._classes_of(job, lanes(job, self.policy))
-        self._keys[job.id] = keys
+        self._class_keys[self._class_of[job.id]] = keys
         return keys
 
     def _classes_of(self, job: PendingJob, sides: tuple[bool, ...]) -> tuple[tuple, tuple, tuple]:
@@ -263,7 +253,7 @@ class BoundedSearch:
         allocated = job.min_runtime > 0
         if allocated and self.reservation_attempts < self.policy.max_reservations:
             return None
-        kind, placing, preempting = self._keys.get(job.id) or self._classify(job)
+        kind, placing, preempting = self._classes(job)
         gpus = job.gpus
         if self._never_waits.get((gpus, kind), False) is not None:
             return None
@@ -286,10 +276,7 @@ class BoundedSearch:
 
     def _no_victims_key(self, job: PendingJob, preempting: tuple, access: int) -> tuple:
         """What a failed victim search stands for (`_no_victims`): jobs alike in all of it search alike."""
-        shape = self._search_shapes.get(job.id)
-        if shape is None:
-            shape = self._search_shapes[job.id] = (self._whole_domain(job), self._on_one_host(job))
-        return job.project, preempting, access, *shape
+        return job.project, preempting, access, *self._shape(job)
 
     @staticmethod
     def _charge(job: PendingJob) -> float:
