@@ -238,19 +238,18 @@ def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, 
     toward waking. A fraction or a MIG instance, or another decision function, counts as it ends.
     """
     backoffs = state.backoff_ends(policy)
-    fits: dict[tuple, bool] = {}
+    # By the state's class (`model.alike`): all `_room_now` reads of a job is in it.
+    fits: dict[int, bool] = {}
     for until, job_id in backoffs[bisect_right(backoffs, now, key=itemgetter(0)):]:
         if until >= before:
             break
         job = state.pending.get(job_id)
         if job is None or not fair_share:
             return until
-        req = JobRequest.of(job, policy)
-        key = (req.gpus, req.per_host, req.milli, req.mig_profile, req.gpu_types, req.topology, req.cpus,
-               req.memory_gib, req.lanes)
-        fit = fits.get(key)
+        number = state.classes[job_id]
+        fit = fits.get(number)
         if fit is None:
-            fit = fits[key] = _room_now(req, state.capacity)
+            fit = fits[number] = _room_now(JobRequest.of(job, policy), state.capacity)
         if fit:
             return until
     return math.inf
