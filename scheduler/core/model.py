@@ -217,9 +217,10 @@ class PendingJob:
         return self.min_runtime > 0
 
 
-# What a tick's decision reads of a pending job but who it is and what it carries from earlier runs and ticks (a
-# claim, a back-off, a longer protection: those the tick looks at job by job). Jobs alike in all of it wait alike
-# once one is known to wait (a tick's verdicts are kept per such class, `search.BoundedSearch._known_to_wait`).
+# What a tick's decision reads of a pending job but who it is and what it carries from earlier ticks: a claim and
+# a back-off, which the tick looks at job by job, and a longer protection after preemptions, which only narrows
+# the hosts a job may start on under a reservation. Jobs alike in all of it wait alike once one is known to wait
+# (a tick's verdicts are kept per such class, `search.BoundedSearch._known_to_wait`).
 alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
                    "max_runtime", "cpus", "memory_gib", "mig_profile")
 
