@@ -217,6 +217,14 @@ class PendingJob:
         return self.min_runtime > 0
 
 
+def whole_gpus_asked(job: PendingJob) -> int:
+    """Whole GPUs the job needs free to start; 0 for a fraction, a MIG instance or no GPU (such a job may find room
+    however few GPUs are free)."""
+    if job.mig_profile or not job.gpus or (job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI):
+        return 0
+    return job.gpus
+
+
 # What a tick's decision reads of a pending job but who it is and what it carries from earlier ticks: a claim and
 # a back-off, which the tick looks at job by job, and a longer protection after preemptions, which only narrows
 # the hosts a job may start on under a reservation. Jobs alike in all of it wait alike once one is known to wait

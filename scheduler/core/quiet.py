@@ -90,6 +90,7 @@ from .model import (
     RunningJob,
     checkpoint_window,
     checkpoint_window_closes,
+    whole_gpus_asked,
 )
 from .placement import JobRequest, find_placement, lanes, needs_whole_domain
 from .reservation import grace_for, grace_period_for
@@ -223,7 +224,7 @@ def waits_on_arrival(state: ClusterState, job: PendingJob, *, policy: Policy) ->
     GPUs held for claims count as free here (a tick lets its holds go), so this errs toward a tick. Ask it
     after `state.submit(job)`, of a kept state under the product's rules (`quiet_until`'s `fair_share`).
     """
-    return job.min_runtime == 0 and not _room_now(JobRequest.of(job, policy), state.capacity)
+    return job.min_runtime == 0 and not _room_now(job, policy, state.capacity)
 
 
 def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, fair_share: bool,
@@ -249,19 +250,19 @@ def _first_backoff_that_counts(state: ClusterState, now: float, policy: Policy, 
         number = state.classes[job_id]
         fit = fits.get(number)
         if fit is None:
-            fit = fits[number] = _room_now(JobRequest.of(job, policy), state.capacity)
+            fit = fits[number] = _room_now(job, policy, state.capacity)
         if fit:
             return until
     return math.inf
 
 
-def _room_now(req: JobRequest, capacity: Capacity) -> bool:
-    """Could an unallocated job start on the GPUs free now? Always for a fraction, a MIG instance or no GPU (they
-    may find room however few are free); else if free GPUs could hold it. GPUs held for claims count as free
-    (a tick lets its holds go), so this errs toward yes."""
-    if req.shared or req.mig_profile or not req.gpus:
+def _room_now(job: PendingJob, policy: Policy, capacity: Capacity) -> bool:
+    """Could an unallocated job start on the GPUs free now? Always for one asking no whole GPU (`whole_gpus_asked`:
+    a fraction, a MIG instance or no GPU may find room however few are free); else if free GPUs could hold it.
+    GPUs held for claims count as free (a tick lets its holds go), so this errs toward yes."""
+    if not whole_gpus_asked(job):
         return True
-    return capacity.has_room() and find_placement(req, capacity, any_host) is not None
+    return capacity.has_room() and find_placement(JobRequest.of(job, policy), capacity, any_host) is not None
 
 
 def _window_turn(job: RunningJob, now: float, policy: Policy, held_back: bool) -> float:
@@ -396,7 +397,7 @@ def _own_path(tree, gainer: str, gainer_side) -> list:
 
 
 def _protection_turns(state: ClusterState, now: float, policy: Policy, protected: list[tuple[str, float, float]],
-                      lines: tuple, charges: dict[str, list[float]], before: float = math.inf) -> float:
+                      lines: tuple, charges: dict[str, list[float]], before: float) -> float:
     """When the first of these protected jobs (project, protection end, shield end) could first be preempted, if
     before `before` (else `before`): they are taken by when their protection ends, and none counts before that.
 

@@ -45,7 +45,6 @@ from .fairshare import UnitTree, gpu_amount
 from .lifecycle import Cause
 from .model import (
     PREEMPTING,
-    WHOLE_GPU_MILLI,
     Decisions,
     Host,
     InSeqOrder,
@@ -60,6 +59,7 @@ from .model import (
     backed_off_until,
     protected_until,
     shielded_until,
+    whole_gpus_asked,
 )
 from .window import WindowUsage
 
@@ -451,7 +451,7 @@ class ClusterState:
         if job.mig_profile:
             self._mig_demand[(job.mig_profile, job.gpu_types)] += 1
         if not allocated:
-            self._unallocated_asks[_whole_gpus_asked(job)] += 1
+            self._unallocated_asks[whole_gpus_asked(job)] += 1
         elif defragments_for(job):
             self._defrag_asks.setdefault(_defrag_ask(job), [0, job])[0] += 1
         if allocated and job.gpus and not job.earmarked_gpus:
@@ -483,7 +483,7 @@ class ClusterState:
             if self._mig_demand[key] <= 0:
                 del self._mig_demand[key]
         if not allocated:
-            asked = _whole_gpus_asked(job)
+            asked = whole_gpus_asked(job)
             self._unallocated_asks[asked] -= 1
             if self._unallocated_asks[asked] <= 0:
                 del self._unallocated_asks[asked]
@@ -552,9 +552,3 @@ def _defrag_ask(job: PendingJob) -> tuple:
     """What a job's pools and size for defragmentation depend on (`quiet._may_defragment`)."""
     return (job.gpus, job.min_runtime, job.gpu_types)
 
-
-def _whole_gpus_asked(job: PendingJob) -> int:
-    """Whole GPUs the job needs free to start; 0 for a fraction, a MIG instance or no GPU."""
-    if job.mig_profile or not job.gpus or (job.gpus == 1 and job.gpu_milli < WHOLE_GPU_MILLI):
-        return 0
-    return job.gpus
