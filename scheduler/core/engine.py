@@ -259,6 +259,7 @@ class Cycle(BoundedSearch, Explanation):
             if self._allocated_job(job, charge) and job.id not in self.precharged:
                 walk.charge(charge)
                 self.victims.ratios_changed()
+                self._charged()
 
     def unallocated_jobs(self, queues: dict[str, list[PendingJob]], smallest_ask: float) -> None:
         """`smallest_ask`: the fewest whole GPUs a job of `queues` asks (0: one may fit however few are free,
@@ -352,7 +353,7 @@ class Cycle(BoundedSearch, Explanation):
                 self._preempt(job, plan)
                 return True
             self._no_victims[self._no_victims_key(job, preempting, access)] = (
-                job.gpus, charge, self.victims.passed_over > passed_over)
+                job.gpus, charge, self.victims.passed_over > passed_over, self._charges)
             if scope is not None:
                 self._scoped.setdefault(job.project, (scope.name, waiting))
             if self._reserved and self._request(job).protected_for > 0:

@@ -137,7 +137,7 @@ class Explanation:
         blocked = self._reservation_blocking(placing, access)
         if blocked:
             text = f"{text}; {blocked}"
-        elif job.min_runtime > 0 and (self._no_victims_for(job, preempting, access) or not self.victims.live):
+        elif job.min_runtime > 0 and (self._found_no_victims(job, preempting, access) or not self.victims.live):
             if self._waits_for_checkpoints(job, preempting, access):
                 text += ("; the jobs it may preempt are between their checkpoints: each is taken early in an "
                          "interval or in the grace period before its next checkpoint, so that it loses little work")

@@ -105,8 +105,11 @@ class BoundedSearch:
         self._resting: dict[int, Wait] = {}
         self._no_fit: dict[tuple, int] = {}
         # (project, class, reservations, whole domain, on one host) -> (GPUs, charge, passed over a job between its
-        # checkpoints) of a job that found nothing to preempt.
-        self._no_victims: dict[tuple, tuple[int, float, bool]] = {}
+        # checkpoints, `_charges` then) of a job that found nothing to preempt.
+        self._no_victims: dict[tuple, tuple[int, float, bool, int]] = {}
+        # Units charged so far this tick by the allocated walk (`_charged`): a failed victim search stands only
+        # until the next charge.
+        self._charges = 0
         # (placement class, reservations) of jobs only a reservation kept from starting.
         self._kept_out: set[tuple] = set()
         self._claimant_kept_out = False
@@ -265,9 +268,25 @@ class BoundedSearch:
         return self._waiting(job, kind, access)
 
     def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
-        """Did a job of its project and class, no bigger and charging no more, find nothing to preempt?"""
+        """Did a job of its project and class, no bigger and charging no more, find nothing to preempt since the
+        last charge (`_charged`)? Then this one would find nothing either."""
+        failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
+        return (failed is not None and failed[3] == self._charges and job.gpus >= failed[0]
+                and self._charge(job) >= failed[1])
+
+    def _found_no_victims(self, job: PendingJob, preempting: tuple, access: int) -> bool:
+        """For its reason: did a job of its project and class, no bigger and charging no more, find nothing to
+        preempt at its turn this tick?"""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
         return failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1]
+
+    def _charged(self) -> None:
+        """The allocated walk charged units for a job (rule 2). A unit charged is more served than before, so a
+        job of another unit may now take from it (rule 4b): what was known of failed victim searches, and the
+        verdicts of allocated jobs resting on them, hold no longer. (Room only shrinks, so what did not fit
+        still does not.)"""
+        self._charges += 1
+        self._verdicts.clear()
 
     def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: int) -> bool:
         """Did that search pass over jobs between their declared checkpoints (`model.checkpoint_window`)?"""
