@@ -217,7 +217,16 @@ class BoundedSearch:
         if (per_host is None and job.gpus <= smallest_host) or (per_host is not None and per_host >= job.gpus):
             placing = preempting = (None, milli, job.gpu_types, ONE_HOST, sides, exact, mig)
         elif job.gpus <= largest_group:
-            placing, preempting = kind, (per_host, milli, job.gpu_types, DOMAIN, sides, exact, mig)
+            # Between the smallest host and the largest domain, a job's shape may differ from pool to pool (one
+            # host in one, several in another; one domain or several): only jobs of the same shape in every pool
+            # fail alike by size, so the shape is part of the class.
+            shape = tuple((per_host is None and job.gpus <= pool.largest_host, job.gpus <= pool.largest_group)
+                          for pool in pools)
+            placing = (*kind, shape)
+            # It preempts within one domain whatever its topology only where one domain could hold it in every
+            # pool; elsewhere a `domain` job may not span domains and an `any` job may.
+            within = DOMAIN if all(in_domain for _, in_domain in shape) else job.topology
+            preempting = (per_host, milli, job.gpu_types, within, sides, exact, mig, shape)
         else:
             placing = preempting = kind
         return tuple(self._key_objects.setdefault(k, k) for k in (kind, placing, preempting))

@@ -1,16 +1,27 @@
 """What a tick learns from one job stands for another only where the rules would give that job the same answer.
 
 A tick remembers failures (a job that did not fit, a job that found nothing to preempt) and lets them stand for
-jobs alike that come later in the walk (search.py). A unit charged for a job it started is more served than
-before, so a job of another unit may now take from it (rule 4b): a search that failed before that charge no
-longer stands.
+jobs alike that come later in the walk (search.py). Two ways that went wrong, each a decision the rules do not
+make:
+- a unit charged for a job it started is more served than before, so a job of another unit may now take from it
+  (rule 4b): a search that failed before that charge no longer stands;
+- between the smallest host and the largest domain, a job's shape differs from pool to pool: an 8-GPU job must
+  have one 8-GPU host to itself, a 12-GPU one may span two, so the 8-GPU job's failure says nothing of it.
+The property at the end compares every tick with one that decides each job in full.
 """
 
 from __future__ import annotations
 
-from scheduler.core import Policy, schedule
+import math
+import random
 
-from .builders import DAY, HOUR, gpus_of, hgx, pending, running, snapshot, topology, units
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from scheduler.core import Policy, preemption, schedule, search
+from scheduler.core.placement import find_placement
+
+from .builders import DAY, HOUR, domain, gpus_of, hgx, pending, running, snapshot, topology, units
 
 
 def test_a_job_may_take_from_a_unit_charged_after_a_job_alike_found_nothing() -> None:
@@ -32,3 +43,126 @@ def test_a_job_may_take_from_a_unit_charged_after_a_job_alike_found_nothing() ->
     assert sorted(s.job_id for s in decisions.starts) == ["p-small", "x-small"]
     assert [(p.job_id, p.preemptor) for p in decisions.preemptions] == [("p-old", "x-2")]
     assert decisions.pending["x-1"].reason.startswith("needs 8 GPUs")
+
+
+def test_a_larger_job_that_may_span_hosts_starts_where_a_smaller_one_needing_one_host_did_not_fit() -> None:
+    """H100 hosts of 8 beside a GB200 domain of 4-GPU hosts; 7 and 6 GPUs free on the two H100 hosts, 4 on the
+    domain. An 8-GPU job needs one H100 host (or 8 in the domain) and waits; a 12-GPU job may span the H100
+    hosts, and starts."""
+    org = units(("free", None, None))
+    topo = topology(hgx("hgx-00", gpu_type="H100"), hgx("hgx-01", gpu_type="H100"), domain("nvl-00", 4, 4))
+    held = [running("h0", "free", gpus_of("hgx-00-h01", 1), min_runtime=0),
+            running("h1", "free", gpus_of("hgx-01-h01", 2), min_runtime=0),
+            *[running(f"n{h}", "free", gpus_of(f"nvl-00-h{h:02}", 3), min_runtime=0) for h in range(1, 5)]]
+    snap = snapshot(topo, org, running_jobs=held,
+                    pending_jobs=[pending("eight", "free", 8, min_runtime=0, submit_time=0.0),
+                                  pending("twelve", "free", 12, min_runtime=0, submit_time=1.0)])
+
+    decisions = schedule(snap, now=DAY, policy=Policy(tick=5))
+
+    assert [(s.job_id, len(s.gpu_ids)) for s in decisions.starts] == [("twelve", 12)]
+    assert {g.rsplit(":", 1)[0] for g in decisions.starts[0].gpu_ids} == {"hgx-00-h01", "hgx-01-h01"}
+    assert "eight" in decisions.pending
+
+
+class _DecidedInFull:
+    """Within it, a tick decides every job in full: no verdict by class, no failure standing for a job alike
+    (placement or victims), no victim search answered from an earlier one. The rules' own answer."""
+
+    def __enter__(self):
+        self._saved = {name: getattr(search.BoundedSearch, name)
+                       for name in ("_verdict", "_no_victims_for", "_placement")}
+        self._find = preemption.Victims.find
+        find = self._find
+
+        def find_afresh(victims, *args, **kwargs):
+            for outlook in victims._outlooks.values():
+                outlook.hopeless.clear()
+            return find(victims, *args, **kwargs)
+
+        search.BoundedSearch._verdict = lambda cycle, job: None
+        search.BoundedSearch._no_victims_for = lambda cycle, job, preempting, access: False
+        search.BoundedSearch._placement = _placement_afresh
+        preemption.Victims.find = find_afresh
+        return self
+
+    def __exit__(self, *exc):
+        for name, method in self._saved.items():
+            setattr(search.BoundedSearch, name, method)
+        preemption.Victims.find = self._find
+
+
+def _placement_afresh(cycle, job):
+    """`BoundedSearch._placement` without its memo: what it records for the reasons, it still records."""
+    owed = job.earmarked_gpus or job.id in cycle.in_flight
+    key = (cycle._classes(job)[1], cycle._access(job))
+    req = cycle._request(job)
+    placement = find_placement(req, cycle.capacity, cycle._host_filter(req))
+    if placement is None and cycle._reserved and find_placement(req, cycle.capacity, search.any_host) is not None:
+        if owed:
+            cycle._claimant_kept_out = True
+        else:
+            cycle._kept_out.add(key)
+    if placement is None and not owed:
+        cycle._no_fit[key] = min(job.gpus, cycle._no_fit.get(key, math.inf))
+    return placement
+
+
+def _cluster(seed: int):
+    """A small, busy cluster: 8-GPU H100 hosts beside 4-GPU GB200 domains, flat or two-level orgs, running jobs
+    past and within their protection, and waiting jobs of every size, some needing one domain."""
+    rng = random.Random(seed)
+    hgxs, nvls = rng.randint(1, 3), rng.randint(0, 2)
+    topo = topology(*[hgx(f"hgx-{i:02}", gpu_type="H100") for i in range(hgxs)],
+                    *[domain(f"nvl-{i:02}", 4, 4) for i in range(nvls)])
+    hosts = [(f"hgx-{i:02}-h01", 8) for i in range(hgxs)] + [(f"nvl-{i:02}-h{h:02}", 4)
+                                                              for i in range(nvls) for h in range(1, 5)]
+    if rng.random() < 0.5:
+        projects = ["a1", "a2", "b1", "b2"]
+        org = units(("a", None, rng.choice([30.0, 50.0, 70.0])), ("b", None, rng.choice([30.0, 50.0])),
+                    *[(p, p[0], rng.choice([20.0, 50.0, 80.0]), rng.uniform(0, 200)) for p in projects],
+                    ("free", None, None))
+    else:
+        projects = ["p", "x", "y"][:rng.randint(2, 3)]
+        org = units(*[(p, None, rng.choice([10.0, 20.0, 30.0, 50.0]), rng.uniform(0, 300)) for p in projects],
+                    ("free", None, None))
+    runs = []
+    for host, size in hosts:
+        used = 0
+        while used < size and rng.random() < 0.85:
+            gpus = rng.choice([1, 2, 4, 8])
+            if used + gpus > size:
+                break
+            project = rng.choice([*projects, "free"])
+            runs.append(running(f"r{len(runs)}", project, gpus_of(host, gpus, used),
+                                start_time=DAY - rng.choice([600, 3 * HOUR, 20 * HOUR]),
+                                min_runtime=0 if project == "free" else rng.choice([HOUR, 2 * HOUR, 8 * HOUR])))
+            used += gpus
+    waiting = []
+    for n in range(rng.randint(4, 24)):
+        project = rng.choice([*projects, "free"])
+        gpus = rng.choice([1, 2, 4, 8, 12, 16])
+        shape = {"topology": "domain"} if gpus >= 8 and nvls and rng.random() < 0.3 else {}
+        waiting.append(pending(f"j{n}", project, gpus, min_runtime=0 if project == "free" else rng.choice(
+            [HOUR, 8 * HOUR]), submit_time=float(n), **shape))
+    return snapshot(topo, org, running_jobs=runs, pending_jobs=waiting)
+
+
+def _decided(decisions, explain: bool) -> tuple:
+    result = (sorted((s.job_id, s.gpu_ids) for s in decisions.starts),
+              sorted((p.job_id, p.preemptor) for p in decisions.preemptions),
+              sorted((r.job_id, r.hosts, r.expected_start) for r in decisions.reservations))
+    if explain:
+        result += (sorted((job_id, s.position, s.estimated_start) for job_id, s in decisions.pending.items()),)
+    return result
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1), explain=st.booleans())
+def test_a_tick_decides_as_it_would_deciding_every_job_in_full(seed: int, explain: bool) -> None:
+    snap = _cluster(seed)
+    policy = Policy(tick=5, explain=explain)
+    remembered = schedule(snap, now=DAY, policy=policy)
+    with _DecidedInFull():
+        in_full = schedule(snap, now=DAY, policy=policy)
+    assert _decided(remembered, explain) == _decided(in_full, explain)
