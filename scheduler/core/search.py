@@ -279,15 +279,19 @@ class BoundedSearch:
     def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
         """Did a job of its project and class, no bigger and charging no more, find nothing to preempt since the
         last charge (`_charged`)? Then this one would find nothing either."""
-        failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
-        return (failed is not None and failed[3] == self._charges and job.gpus >= failed[0]
-                and self._charge(job) >= failed[1])
+        failed = self._failed_search(job, preempting, access)
+        return failed is not None and failed[3] == self._charges
 
     def _found_no_victims(self, job: PendingJob, preempting: tuple, access: int) -> bool:
         """For its reason: did a job of its project and class, no bigger and charging no more, find nothing to
-        preempt at its turn this tick?"""
+        preempt this tick (before a charge or after)?"""
+        return self._failed_search(job, preempting, access) is not None
+
+    def _failed_search(self, job: PendingJob, preempting: tuple, access: int) -> tuple | None:
+        """The last failed victim search of a job of its project and class, if it was no bigger and charged no
+        more (`_no_victims`)."""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
-        return failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1]
+        return failed if failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1] else None
 
     def _charged(self) -> None:
         """The allocated walk charged units for a job (rule 2). A unit charged is more served than before, so a
