@@ -1,10 +1,15 @@
 """Searching, bounded (DESIGN §6b): what one tick already showed stands for the rest of it.
 
-Capacity and victims only shrink while a tick decides, so a failure stands
-for the rest of it: a class of job that did not fit, or found nothing to
-preempt, is not searched again for a job of that class as big or bigger;
-jobs asking the same thing then wait by a lookup. Jobs that wait alike share
-one `Wait`, so a reason is written once per kind of waiting job.
+Capacity and victims only shrink while a tick decides, so a failure to fit
+stands for the rest of it, and a failure to find victims until the walk next
+charges a unit (a unit charged may then be taken from, rule 4b): a class of
+job that did not fit, or found nothing to preempt, is not searched again for
+a job of that class as big or bigger; jobs asking the same thing then wait
+by a lookup. A class holds all a search reads of a job but its size, so
+that a larger job of the class fails wherever a smaller one did
+(`_classify`; tests/unit/core/test_tick_memos.py checks each tick against one
+deciding every job in full). Jobs that wait alike share one `Wait`, so a
+reason is written once per kind of waiting job.
 
 `BoundedSearch` is the memo half of the tick's `Cycle` (engine.py): the
 decisions are made there, the waits are explained in explain.py.
@@ -188,11 +193,14 @@ class BoundedSearch:
 
         Failures are remembered per class with the smallest GPU count that
         failed: capacity and victims only shrink while a tick decides (but
-        for a claim let go, `_room_came_back`), so a larger job of the same
-        class fails too. A job that fits on one host
-        in every pool it may use is placed and preempts for the same way
-        whatever its topology and shape; a multi-host job that one domain
-        could hold preempts within one domain whatever its topology.
+        for a claim let go, `_room_came_back`, and victims' units charged,
+        `_charged`), so a larger job of the same class fails too. A job that
+        fits on one host in every pool it may use is placed and preempts for
+        the same way whatever its topology and shape. A larger one is placed
+        on one host, across hosts of one domain or across domains pool by
+        pool, so its class holds that shape in every pool; where one domain
+        could hold it in every pool it preempts within one domain whatever
+        its topology.
         """
         short = job.min_runtime <= self.policy.fast_lane_max_min_runtime
         fields = (job.gpus, job.gpus_per_host, job.gpu_milli, job.gpu_types, job.topology, job.min_runtime > 0, short,
