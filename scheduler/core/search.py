@@ -278,7 +278,7 @@ class BoundedSearch:
         if self._never_waits.get((gpus, kind), False) is not None:
             return None
         access = self._access(job)
-        if gpus < self._no_fit.get((placing, access), math.inf):
+        if not self._fits_nowhere(job, (placing, access)):
             return None
         if allocated and not self._no_victims_for(job, preempting, access):
             return None
@@ -336,7 +336,7 @@ class BoundedSearch:
     def _placement(self, job: PendingJob) -> Placement | None:
         owed = job.earmarked_gpus or job.id in self.in_flight
         key = (self._classes(job)[1], self._access(job))
-        if not owed and job.gpus >= self._no_fit.get(key, math.inf):
+        if not owed and self._fits_nowhere(job, key):
             return None
         req = self._request(job)
         placement = find_placement(req, self.capacity, self._host_filter(req))
@@ -348,6 +348,11 @@ class BoundedSearch:
         if placement is None and not owed:
             self._no_fit[key] = min(job.gpus, self._no_fit.get(key, math.inf))
         return placement
+
+    def _fits_nowhere(self, job: PendingJob, key: tuple) -> bool:
+        """Did a job of its placement class and reservations (`key`), no bigger, not fit this tick? Then this one
+        does not either (room only shrinks while a tick decides)."""
+        return job.gpus >= self._no_fit.get(key, math.inf)
 
     def _room_came_back(self) -> None:
         """A claim let go mid-tick: its GPUs (milli-GPU, CPUs, memory) are free again. What the tick learnt from

@@ -12,14 +12,12 @@ The property at the end compares every tick with one that decides each job in fu
 
 from __future__ import annotations
 
-import math
 import random
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import Policy, preemption, schedule, search
-from scheduler.core.placement import find_placement
 
 from .builders import DAY, HOUR, domain, gpus_of, hgx, pending, running, snapshot, topology, units
 
@@ -71,7 +69,7 @@ class _DecidedInFull:
 
     def __enter__(self):
         self._saved = {name: getattr(search.BoundedSearch, name)
-                       for name in ("_verdict", "_no_victims_for", "_placement")}
+                       for name in ("_verdict", "_no_victims_for", "_fits_nowhere")}
         self._find = preemption.Victims.find
         find = self._find
 
@@ -82,7 +80,7 @@ class _DecidedInFull:
 
         search.BoundedSearch._verdict = lambda cycle, job: None
         search.BoundedSearch._no_victims_for = lambda cycle, job, preempting, access: False
-        search.BoundedSearch._placement = _placement_afresh
+        search.BoundedSearch._fits_nowhere = lambda cycle, job, key: False
         preemption.Victims.find = find_afresh
         return self
 
@@ -90,22 +88,6 @@ class _DecidedInFull:
         for name, method in self._saved.items():
             setattr(search.BoundedSearch, name, method)
         preemption.Victims.find = self._find
-
-
-def _placement_afresh(cycle, job):
-    """`BoundedSearch._placement` without its memo: what it records for the reasons, it still records."""
-    owed = job.earmarked_gpus or job.id in cycle.in_flight
-    key = (cycle._classes(job)[1], cycle._access(job))
-    req = cycle._request(job)
-    placement = find_placement(req, cycle.capacity, cycle._host_filter(req))
-    if placement is None and cycle._reserved and find_placement(req, cycle.capacity, search.any_host) is not None:
-        if owed:
-            cycle._claimant_kept_out = True
-        else:
-            cycle._kept_out.add(key)
-    if placement is None and not owed:
-        cycle._no_fit[key] = min(job.gpus, cycle._no_fit.get(key, math.inf))
-    return placement
 
 
 def _cluster(seed: int):
