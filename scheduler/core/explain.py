@@ -24,6 +24,7 @@ from .search import (
     PREEMPTING_FOR,
     RESERVED,
     VICTIMS_LEAVING,
+    Access,
     Wait,
 )
 
@@ -190,7 +191,7 @@ class Explanation:
             return f"largest free is {max(pool.largest_free_group for pool in pools)}"
         return f"{free} free"
 
-    def _reservation_blocking(self, placing: tuple, access: int) -> str:
+    def _reservation_blocking(self, placing: tuple, access: Access) -> str:
         """If, at its turn, only a reservation kept a job of this placement class and reservation access
         (`_access`) out: whose, and until when."""
         if (placing, access) not in self._kept_out:

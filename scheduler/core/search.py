@@ -37,6 +37,9 @@ from .placement import (
     spans_hosts,
 )
 
+# Which reservations a job may start under (`BoundedSearch._access`).
+Access = int | tuple[int, int]
+
 # What happened to a job that did not start.
 NEVER = "never"  # no healthy capacity could ever hold it
 NO_ROOM = "no_room"  # nothing fits now, nothing it may preempt
@@ -239,8 +242,11 @@ class BoundedSearch:
             placing = preempting = kind
         return tuple(self._key_objects.setdefault(k, k) for k in (kind, placing, preempting))
 
-    def _access(self, job: PendingJob) -> int:
-        """Which reservations the job may start under: those lasting at least its protection."""
+    def _access(self, job: PendingJob) -> Access:
+        """Which reservations the job may start under: those lasting at least its protection. 0: every one (as
+        with none); else (how many there are, how many it may not start under, the first to end). Reservations
+        are only added while a tick decides, so that pair names one set of them: failures remembered under it
+        (`_no_fit`, `_no_victims`) stand only for jobs kept out of the same reservations."""
         reserved_until = self._reserved_until
         if not reserved_until or not job.min_runtime > 0:
             return 0
@@ -248,7 +254,8 @@ class BoundedSearch:
         req = self._requests.get(job.id)
         if req is None:
             req = self._request(job)
-        return bisect_left(reserved_until, self.now + req.protected_for)
+        kept_out = bisect_left(reserved_until, self.now + req.protected_for)
+        return (len(reserved_until), kept_out) if kept_out else 0
 
     def _known_to_wait(self, job: PendingJob) -> bool:
         """This tick already showed the job can't start, preempt or reserve: record that it waits.
@@ -284,18 +291,18 @@ class BoundedSearch:
             return None
         return self._waiting(job, kind, access)
 
-    def _no_victims_for(self, job: PendingJob, preempting: tuple, access: int) -> bool:
+    def _no_victims_for(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
         """Did a job of its project and class, no bigger and charging no more, find nothing to preempt since the
         last charge (`_charged`)? Then this one would find nothing either."""
         failed = self._failed_search(job, preempting, access)
         return failed is not None and failed[3] == self._charges
 
-    def _found_no_victims(self, job: PendingJob, preempting: tuple, access: int) -> bool:
+    def _found_no_victims(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
         """For its reason: did a job of its project and class, no bigger and charging no more, find nothing to
         preempt this tick (before a charge or after)?"""
         return self._failed_search(job, preempting, access) is not None
 
-    def _failed_search(self, job: PendingJob, preempting: tuple, access: int) -> tuple | None:
+    def _failed_search(self, job: PendingJob, preempting: tuple, access: Access) -> tuple | None:
         """The last failed victim search of a job of its project and class, if it was no bigger and charged no
         more (`_no_victims`)."""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
@@ -309,12 +316,12 @@ class BoundedSearch:
         self._charges += 1
         self._verdicts.clear()
 
-    def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: int) -> bool:
+    def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
         """Did that search pass over jobs between their declared checkpoints (`model.checkpoint_window`)?"""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
         return failed is not None and failed[2]
 
-    def _no_victims_key(self, job: PendingJob, preempting: tuple, access: int) -> tuple:
+    def _no_victims_key(self, job: PendingJob, preempting: tuple, access: Access) -> tuple:
         """What a failed victim search stands for (`_no_victims`): jobs alike in all of it search alike."""
         return job.project, preempting, access, *self._shape(job)
 
@@ -323,7 +330,7 @@ class BoundedSearch:
         """Rule 2: what starting (or preempting for) a job adds to its units' usage this tick."""
         return gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
 
-    def _waiting(self, job: PendingJob, kind: tuple | None = None, access: int | None = None) -> Wait:
+    def _waiting(self, job: PendingJob, kind: tuple | None = None, access: Access | None = None) -> Wait:
         """The shared `Wait` of jobs that wait for room like this one."""
         kind = kind or self._kind(job)
         access = self._access(job) if access is None else access

@@ -1,12 +1,13 @@
 """What a tick learns from one job stands for another only where the rules would give that job the same answer.
 
 A tick remembers failures (a job that did not fit, a job that found nothing to preempt) and lets them stand for
-jobs alike that come later in the walk (search.py). Two ways that went wrong, each a decision the rules do not
+jobs alike that come later in the walk (search.py). Three ways that went wrong, each a decision the rules do not
 make:
 - a unit charged for a job it started is more served than before, so a job of another unit may now take from it
   (rule 4b): a search that failed before that charge no longer stands;
 - between the smallest host and the largest domain, a job's shape differs from pool to pool: an 8-GPU job must
-  have one 8-GPU host to itself, a 12-GPU one may span two, so the 8-GPU job's failure says nothing of it.
+  have one 8-GPU host to itself, a 12-GPU one may span two, so the 8-GPU job's failure says nothing of it;
+- with several reservations, "kept out of the first k" named different reservations as more were made.
 The property at the end compares every tick with one that decides each job in full.
 """
 
@@ -62,6 +63,34 @@ def test_a_larger_job_that_may_span_hosts_starts_where_a_smaller_one_needing_one
     assert {g.rsplit(":", 1)[0] for g in decisions.starts[0].gpu_ids} == {"hgx-00-h01", "hgx-01-h01"}
     assert "eight" in decisions.pending
 
+
+
+def test_a_job_kept_out_of_other_reservations_than_a_failed_one_is_still_placed() -> None:
+    """Three reservations may be made (`max_reservations`). a1's 2-GPU job reserves nvl-00-h04 until now + 10 s
+    and b1's 16-GPU job the three H100 hosts for about 5 hours. a2's 4-GPU job, protected for an hour, may not
+    start on the first but may on the second: it starts on hgx-01's four free GPUs. Before, what a job kept out
+    of one reservation had shown (it did not fit) stood for this job, kept out of a different one: it
+    reserved instead."""
+    org = units(("a", None, 60.0), ("b", None, 40.0), ("a1", "a", 30.0, 31.65), ("a2", "a", 30.0, 86.12),
+                ("b1", "b", 70.0, 15.62), ("free", None, None))
+    topo = topology(*[hgx(f"hgx-0{i}", gpu_type="H100") for i in range(3)], domain("nvl-00", 4, 4))
+    runs = [running("r0", "a2", gpus_of("hgx-00-h01", 1), start_time=DAY - 600, min_runtime=8 * HOUR,
+                    max_runtime=30 * HOUR),
+            running("r1", "a2", gpus_of("hgx-01-h01", 4), start_time=DAY - 600, min_runtime=8 * HOUR),
+            running("r4", "a2", gpus_of("hgx-02-h01", 4, 1), start_time=DAY - 3 * HOUR, min_runtime=8 * HOUR),
+            running("r6", "a1", gpus_of("nvl-00-h02", 4), start_time=DAY - 3 * HOUR),
+            running("r8", "free", gpus_of("nvl-00-h04", 4), start_time=DAY - 20 * HOUR, min_runtime=0)]
+    waiting = [pending("j2", "b1", 8, min_runtime=600, submit_time=2.0),
+               pending("j3", "a1", 2, min_runtime=8 * HOUR, submit_time=3.0),
+               pending("j4", "b1", 16, min_runtime=600, submit_time=4.0),
+               pending("j5", "a2", 4, submit_time=5.0),
+               pending("j11", "b1", 2, min_runtime=8 * HOUR, submit_time=11.0)]
+
+    decisions = schedule(snapshot(topo, org, running_jobs=runs, pending_jobs=waiting), now=DAY,
+                         policy=Policy(tick=5, max_reservations=3))
+
+    assert ("j5", gpus_of("hgx-01-h01", 4, 4)) in [(s.job_id, s.gpu_ids) for s in decisions.starts]
+    assert sorted(r.job_id for r in decisions.reservations) == ["j3", "j4"]
 
 class _DecidedInFull:
     """Within it, a tick decides every job in full: no verdict by class, no failure standing for a job alike
@@ -140,10 +169,11 @@ def _decided(decisions, explain: bool) -> tuple:
 
 
 @settings(max_examples=300, deadline=None)
-@given(seed=st.integers(min_value=0, max_value=2**32 - 1), explain=st.booleans())
-def test_a_tick_decides_as_it_would_deciding_every_job_in_full(seed: int, explain: bool) -> None:
+@given(seed=st.integers(min_value=0, max_value=2**32 - 1), explain=st.booleans(),
+       reservations=st.sampled_from((1, 3)))
+def test_a_tick_decides_as_it_would_deciding_every_job_in_full(seed: int, explain: bool, reservations: int) -> None:
     snap = _cluster(seed)
-    policy = Policy(tick=5, explain=explain)
+    policy = Policy(tick=5, explain=explain, max_reservations=reservations)
     remembered = schedule(snap, now=DAY, policy=policy)
     with _DecidedInFull():
         in_full = schedule(snap, now=DAY, policy=policy)
