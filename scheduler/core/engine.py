@@ -61,6 +61,7 @@ from .search import (
     RESERVED,
     VICTIMS_LEAVING,
     BoundedSearch,
+    FailedSearch,
     Wait,
     any_host,
 )
@@ -352,7 +353,7 @@ class Cycle(BoundedSearch, Explanation):
             if plan is not None:
                 self._preempt(job, plan)
                 return True
-            self._no_victims[self._no_victims_key(job, preempting, access)] = (
+            self._no_victims[self._no_victims_key(job, preempting, access)] = FailedSearch(
                 job.gpus, charge, self.victims.passed_over > passed_over, self._charges)
             if scope is not None:
                 self._scoped.setdefault(job.project, (scope.name, waiting))

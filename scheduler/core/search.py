@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import reasons
 from .capacity import Capacity, HostState
@@ -39,6 +40,16 @@ from .placement import (
 
 # Which reservations a job may start under (`BoundedSearch._access`).
 Access = int | tuple[int, int]
+
+
+class FailedSearch(NamedTuple):
+    """A victim search that found nothing (`BoundedSearch._no_victims`): the job's GPUs and charge, whether it
+    passed over a job between its checkpoints, and how many charges the walk had made by then (`_charged`)."""
+
+    gpus: int
+    charge: float
+    passed_over: bool
+    charges: int
 
 # What happened to a job that did not start.
 NEVER = "never"  # no healthy capacity could ever hold it
@@ -112,9 +123,9 @@ class BoundedSearch:
         self._never_waits: dict[tuple, Wait | None] = {}
         self._resting: dict[int, Wait] = {}
         self._no_fit: dict[tuple, int] = {}
-        # (project, class, reservations, whole domain, on one host) -> (GPUs, charge, passed over a job between its
-        # checkpoints, `_charges` then) of a job that found nothing to preempt.
-        self._no_victims: dict[tuple, tuple[int, float, bool, int]] = {}
+        # (project, class, reservations, whole domain, on one host) -> the last job of them that found nothing to
+        # preempt.
+        self._no_victims: dict[tuple, FailedSearch] = {}
         # Units charged so far this tick by the allocated walk (`_charged`): a failed victim search stands only
         # until the next charge.
         self._charges = 0
@@ -231,13 +242,14 @@ class BoundedSearch:
             # Between the smallest host and the largest domain, a job's shape may differ from pool to pool (one
             # host in one, several in another; one domain or several): only jobs of the same shape in every pool
             # fail alike by size, so the shape is part of the class.
-            shape = tuple((per_host is None and job.gpus <= pool.largest_host, job.gpus <= pool.largest_group)
-                          for pool in pools)
-            placing = (*kind, shape)
+            # Per pool: (on one host, in one domain); not `_shape`, which is the job's across all pools.
+            per_pool = tuple((per_host is None and job.gpus <= pool.largest_host, job.gpus <= pool.largest_group)
+                             for pool in pools)
+            placing = (*kind, per_pool)
             # It preempts within one domain whatever its topology only where one domain could hold it in every
             # pool; elsewhere a `domain` job may not span domains and an `any` job may.
-            within = DOMAIN if all(in_domain for _, in_domain in shape) else job.topology
-            preempting = (per_host, milli, job.gpu_types, within, sides, exact, mig, shape)
+            within = DOMAIN if all(in_domain for _, in_domain in per_pool) else job.topology
+            preempting = (per_host, milli, job.gpu_types, within, sides, exact, mig, per_pool)
         else:
             placing = preempting = kind
         return tuple(self._key_objects.setdefault(k, k) for k in (kind, placing, preempting))
@@ -295,18 +307,18 @@ class BoundedSearch:
         """Did a job of its project and class, no bigger and charging no more, find nothing to preempt since the
         last charge (`_charged`)? Then this one would find nothing either."""
         failed = self._failed_search(job, preempting, access)
-        return failed is not None and failed[3] == self._charges
+        return failed is not None and failed.charges == self._charges
 
     def _found_no_victims(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
         """For its reason: did a job of its project and class, no bigger and charging no more, find nothing to
         preempt this tick (before a charge or after)?"""
         return self._failed_search(job, preempting, access) is not None
 
-    def _failed_search(self, job: PendingJob, preempting: tuple, access: Access) -> tuple | None:
+    def _failed_search(self, job: PendingJob, preempting: tuple, access: Access) -> FailedSearch | None:
         """The last failed victim search of a job of its project and class, if it was no bigger and charged no
         more (`_no_victims`)."""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
-        return failed if failed is not None and job.gpus >= failed[0] and self._charge(job) >= failed[1] else None
+        return failed if failed is not None and job.gpus >= failed.gpus and self._charge(job) >= failed.charge else None
 
     def _charged(self) -> None:
         """The allocated walk charged units for a job (rule 2). A unit charged is more served than before, so a
@@ -319,7 +331,7 @@ class BoundedSearch:
     def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
         """Did that search pass over jobs between their declared checkpoints (`model.checkpoint_window`)?"""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
-        return failed is not None and failed[2]
+        return failed is not None and failed.passed_over
 
     def _no_victims_key(self, job: PendingJob, preempting: tuple, access: Access) -> tuple:
         """What a failed victim search stands for (`_no_victims`): jobs alike in all of it search alike."""
