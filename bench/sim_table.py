@@ -74,6 +74,23 @@ TRACES = Path(os.environ.get("ALLOT_TRACES") or ROOT.parent / "shared" / "traces
 HELIOS = TRACES / "philly" / "helios_qssf_philly_results.csv"
 
 
+# Simulated days of each named workload, in a full run and with --quick.
+SPANS = {"ai2-month": 30, "speed-1024": 30, "nvl72-small": 14, "nvl72-large": 14, "philly": 30, "openb": 2}
+QUICK_SPANS = {"ai2-month": 5, "speed-1024": 3, "nvl72-small": 4, "nvl72-large": 4, "philly": 7, "openb": 0.5}
+
+
+def unknown_workload(name: str) -> str:
+    """Why `workload` can't build this name ("" if it can): a named workload or family-<shape>-<seed>."""
+    if name in SPANS:
+        return ""
+    if name.startswith("family-"):
+        shape, _, seed = name[len("family-"):].rpartition("-")
+        if shape in generators.FAMILY_SHAPES and seed.isdigit():
+            return ""
+    return (f"unknown workload {name!r}: one of {', '.join(SPANS)}, or family-<shape>-<seed> with a shape of "
+            f"{', '.join(generators.FAMILY_SHAPES)} and a whole-number seed")
+
+
 def workload(name: str, *, quick: bool, traces: str | None) -> tuple:
     """(cluster, units, jobs, faults, until, description) for a workload name.
 
@@ -81,8 +98,6 @@ def workload(name: str, *, quick: bool, traces: str | None) -> tuple:
     `manage.py simulate` would; the trace replays are built from the trace files.
     """
     # Measures over the arrival span: jobs still running or waiting then count as such (no drain-out tail).
-    spans = {"ai2-month": 30, "speed-1024": 30, "nvl72-small": 14, "nvl72-large": 14, "philly": 30, "openb": 2}
-    quick_spans = {"ai2-month": 5, "speed-1024": 3, "nvl72-small": 4, "nvl72-large": 4, "philly": 7, "openb": 0.5}
     if name.startswith("family-"):
         shape, seed = name[len("family-"):].rsplit("-", 1)
         days = QUICK_FAMILY_DAYS if quick else FAMILY_DAYS
@@ -90,7 +105,7 @@ def workload(name: str, *, quick: bool, traces: str | None) -> tuple:
         cluster, units = load(made.cluster, made.org)
         check_jobs(made.jobs, cluster, units)
         return cluster, units, made.jobs, made.faults, days * DAY, made.description
-    until = (quick_spans if quick else spans)[name] * DAY
+    until = (QUICK_SPANS if quick else SPANS)[name] * DAY
     folder = ROOT / "workloads" / name
     if name not in ("philly", "openb") and (folder / "workload.csv").exists():
         cluster = read_cluster(folder / "cluster.yaml")
@@ -452,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
     began = time.perf_counter()
     names = args.only or ["ai2-month", "nvl72-small", "nvl72-large", "philly", "openb", "speed-1024", "family"]
     names = [member for name in names for member in (family_names() if name == "family" else [name])]
+    for name in names:
+        if unknown_workload(name):
+            parser.error(unknown_workload(name))
     tasks = [(name, policy, args.quick, args.traces, args.out, args.restart_overhead)
              for name in names for policy in (SPEED_POLICIES if name == "speed-1024" else (args.policies or POLICIES))
              if name != "speed-1024" or not args.policies or policy in args.policies]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from bench.owed_gaps import Observed, kind_of
+import pytest
+
+from bench.owed_gaps import Observed, kind_of, main
 from bench.sim_table import workload
 from scheduler.core import schedule
 from scheduler.sim.engine import simulate
@@ -30,3 +32,12 @@ def test_the_hours_read_decide_as_the_simulator_does_and_the_gaps_are_the_worst_
     worst = summary["owed_delivered"]["worst_project"]
     assert observed.owed[worst] > 0
     assert 0 <= sum(observed.short[worst].values()) <= observed.owed[worst]
+
+
+@pytest.mark.parametrize("name", ["nosuch", "family-huge-1", "family-few-large-x"])
+def test_an_unknown_workload_is_refused_with_the_names_it_could_be(name, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([name])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err
+    assert f"unknown workload {name!r}" in error and "family-<shape>-<seed>" in error and "ai2-month" in error
