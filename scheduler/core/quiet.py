@@ -129,6 +129,8 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
     soonest = math.inf
     losers: set[str] = set()
+    # Projects running allocated jobs, protected or not: rule 5's sweep reads who may take from them.
+    holders: set[str] = set()
     window_edges = math.inf
     run_ends = state.run_ends(policy)
     # (`if x < soonest: soonest = x` is `soonest = min(soonest, x)`, without a call per running job.)
@@ -151,6 +153,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
                 soonest = limit
         if not job.min_runtime > 0:
             continue
+        holders.add(job.project)
         edge = job.start_time + window_length
         if now < edge < window_edges:
             window_edges = edge
@@ -194,7 +197,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         lines = _lines(state, now, policy, window_edges)
         charges = state.pending_charges()
         if turns:
-            soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, started, claiming))
+            soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, started, claiming, holders))
         if protected:
             soonest = _protection_turns(state, now, policy, protected, lines, charges, soonest)
     return soonest
@@ -312,11 +315,14 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
 
 
 def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], lines: tuple,
-           charges_of: dict[str, list[float]], started: set[str], claiming: set[str]) -> float:
+           charges_of: dict[str, list[float]], started: set[str], claiming: set[str], holders: set[str]) -> float:
     """When the fair-share comparisons the next tick makes could first come out otherwise.
 
     Rule 4b (`may_take_from`): a waiting unit may take from a unit holding jobs past their protection once,
-    after charging its job, it is less served than that unit.
+    after charging its job, it is less served than that unit. While a reservation holds a job back, where it
+    holds hosts rests on those comparisons the other way too: a unit that may take from another now stops once
+    the other is no more served than it (rule 5's sweep then counts the other's jobs, protected or not
+    (`holders`), as never leaving for it, and may hold hosts elsewhere, or nowhere).
     """
     tree, claimed, crossing = lines
     # Which units this tick's starts and claims charged.
@@ -344,6 +350,21 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
                                                    charged_for_claims, now, crossing))
             if soonest <= now + AFTER:
                 return soonest
+    if state.held_back:
+        for gainer, charges in sorted(charges_of.items()):
+            for holder in sorted(holders):
+                sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[holder])
+                if sides is None:
+                    continue
+                gainer_side, holder_side = sides
+                if gainer_side.entitled <= 0 or holder_side.entitled <= 0:
+                    continue
+                # The largest charge stops taking first (the lines move alike whatever the charge).
+                soonest = min(soonest, _last_take(gainer_side, holder_side, charges[-1], claimed, crossing))
+                if large is None:
+                    large = _large_charges(state, policy)
+                for node in _own_path(tree, gainer, gainer_side) if gainer in large else ():
+                    soonest = min(soonest, _last_take(node, holder_side, large[gainer][-1], claimed, crossing))
     if state.held_back or state.scoped:
         # Siblings with waiting allocated work swap places when their ratios cross: another job is first (and
         # another sibling's wait keeps the rest from preempting outside their ancestor, rule 4).
@@ -504,6 +525,16 @@ def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str
                 return now + AFTER  # the tick's charges may have kept it from taking: look again
             continue  # it may, and the tick just now looked with these ratios
         return crossing(gainer_side, gainer_charge, loser_side, loser_charge)
+    return math.inf
+
+
+def _last_take(gainer_side, holder_side, charge: float, claimed: dict[str, float], crossing) -> float:
+    """When a gainer charging `charge` that may take from the holder now (rule 4b) first may not (inf: it may
+    not now)."""
+    gainer_charge = charge + claimed[gainer_side.name]
+    holder_charge = claimed[holder_side.name]
+    if gainer_side.ratio_with(gainer_charge) < holder_side.ratio_with(holder_charge):
+        return crossing(holder_side, holder_charge, gainer_side, gainer_charge)
     return math.inf
 
 
