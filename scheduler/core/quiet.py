@@ -79,7 +79,7 @@ from bisect import bisect_right
 from operator import itemgetter
 
 from .capacity import Capacity
-from .defrag import free_for
+from .defrag import free_for, migrations_left
 from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import (
     DRAINING,
@@ -88,8 +88,10 @@ from .model import (
     PendingJob,
     Policy,
     RunningJob,
+    checkpoint_due,
     checkpoint_window,
     checkpoint_window_closes,
+    protected_until,
     whole_gpus_asked,
 )
 from .placement import JobRequest, find_placement, lanes, needs_whole_domain
@@ -179,6 +181,10 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
                 if turn < soonest:
                     soonest = turn
     soonest = min(soonest, _first_backoff_that_counts(state, now, policy, fair_share, soonest))
+    if narrow is None and migrations_left(tuple(state.recent_defrag), now, policy) > 0:
+        narrow = not _may_defragment(state, policy)
+    if narrow is False and fair_share and waiting:
+        soonest = min(soonest, _next_movable_checkpoint(state, now, policy, soonest))
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
@@ -218,6 +224,22 @@ def _may_defragment(state: ClusterState, policy: Policy) -> bool:
         if total >= job.gpus:
             return True
     return False
+
+
+def _next_movable_checkpoint(state: ClusterState, now: float, policy: Policy, before: float) -> float:
+    """The first checkpoint after now, before `before`, of a job defragmentation may move (`defrag._moves_in`:
+    running, resumable, past its protection if allocated): what a move loses drops to nothing there, so a move
+    not worth its lost work (`defrag.plan_defrag`) may be worth it then."""
+    soonest = before
+    for job in state.running.values():
+        if job.state != RUNNING or not job.resumable or not job.checkpoint_every or job.mig_profile:
+            continue
+        if job.min_runtime > 0 and now < protected_until(job, policy):
+            continue
+        due = checkpoint_due(job, now + AFTER, policy)
+        if due is not None and due < soonest:
+            soonest = due
+    return soonest
 
 
 def waits_on_arrival(state: ClusterState, job: PendingJob, *, policy: Policy) -> bool:
