@@ -158,6 +158,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
         state.held_back = bool(cycle.held_back())
         state.scoped = bool(cycle.scoped())
         state.passed_over = bool(cycle.victims.passed_over) or cycle.leave_times.windowed
+        state.window_jobs = cycle.victims.passed_over_jobs | cycle.leave_times.read_windows
     return decisions
 
 

@@ -295,6 +295,8 @@ class Victims:
         # How many times searches passed over a job only because it was between its declared checkpoints
         # (`quiet.py`, and the reasons of the jobs that waited for it).
         self.passed_over = 0
+        # The jobs passed over so (`quiet.py`: only their windows opening can change what a search finds).
+        self.passed_over_jobs: set[str] = set()
         # Bumped when free GPUs may have come back (with every capacity change, and when a claim is dropped).
         self._free_version = 0
         self._eligible: dict[tuple[str, float], tuple[int, list, frozenset[int]]] = {}
@@ -382,6 +384,7 @@ class Victims:
                 if candidate.between_checkpoints and waits_for_checkpoints(one_host, whole_domain,
                                                                            candidate.whole_hosts):
                     self.passed_over += 1
+                    self.passed_over_jobs.add(candidate.job.id)
                     continue
                 scope = search.add(candidate, sides)
                 if scope is not None:

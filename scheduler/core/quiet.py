@@ -17,7 +17,14 @@ What can change a decision with time alone, each at a moment known now:
 - after a tick that passed over a job between its declared checkpoints, or
   counted on one leaving at its next checkpoint, or held a job back for a
   reservation: rule 4 may take it again when the grace period before its
-  next checkpoint opens (`model.checkpoint_window`);
+  next checkpoint opens (`model.checkpoint_window`), counted for the jobs
+  whose checkpoints that tick read (passed over, or setting their leave time
+  in rule 5's sweep: `ClusterState.window_jobs`); no search or sweep met the
+  others, and none meets them at the next tick unless something counted here
+  happens first;
+- while a waiting job could defragment, the next checkpoint of each job a
+  move may take (`defrag.plan_defrag` weighs what the moved jobs lose since
+  their last checkpoint);
 - a job reaches its maximum runtime;
 - a job preempted for a claim has not left a heartbeat timeout after its
   grace period (the claim then breaks, `earmarks.py`);
@@ -25,7 +32,10 @@ What can change a decision with time alone, each at a moment known now:
 - an unallocated job's back-off after a preemption ends (`model.backoff`), if the
   GPUs it asks are free now (only an event or a busy tick frees more);
 - a unit with allocated work waiting becomes less served, after charging its
-  job, than a unit holding jobs past their protection (rule 4b). Usage moves
+  job, than a unit holding jobs past their protection (rule 4b); and while a
+  reservation holds a job back, a unit that may take from another stops
+  being allowed to (rule 5's sweep then counts the other's jobs as never
+  leaving). Usage moves
   linearly between moments also known now: a running job adds its GPUs until
   its start leaves the window, a run that ended loses its GPUs once its start
   has (`window.py`). Between those moments the comparison is a line, solved
@@ -138,6 +148,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     # (`if x < soonest: soonest = x` is `soonest = min(soonest, x)`, without a call per running job.)
     window_length = policy.window
     turns_in_window = waiting and (state.passed_over or state.held_back)
+    window_jobs = state.window_jobs
     # Protected jobs whose protection (or shield) ends count only from when a waiting job may take them
     # (`_protection_turns`), unless a waiting job could defragment (asked when the first such job is met).
     narrow: bool | None = None if fair_share and waiting else False
@@ -176,7 +187,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             if waiting and shield_ends > now:
                 if shield_ends < soonest:
                     soonest = shield_ends
-            elif turns_in_window:
+            elif turns_in_window and job.id in window_jobs:
                 turn = _window_turn(job, now, policy, state.held_back)
                 if turn < soonest:
                     soonest = turn

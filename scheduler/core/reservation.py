@@ -66,6 +66,8 @@ class LeaveTimes:
         self.capacity = capacity
         # Did a leave time wait for a job's checkpoint (`model.checkpoint_window`)? (`quiet.py`)
         self.windowed = False
+        # The jobs whose leave time read their checkpoints (`quiet.py`: only their windows move a sweep).
+        self.read_windows: set[str] = set()
 
     def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False,
                    one_host: bool = False) -> Callable[[RunningJob], float]:
@@ -107,6 +109,7 @@ class LeaveTimes:
                     kept = ends.get(job.id)
                     could_go = max(now, kept[end] if kept is not None and kept[0] is job else until(job, policy))
                     if not whole_domain:
+                        self.read_windows.add(job.id)
                         opens = checkpoint_window(job, could_go, graces[True], policy)
                         if opens > could_go and waits_for_checkpoints(one_host, whole_domain,
                                                                       self.capacity.holds_whole_hosts(job)):

@@ -135,6 +135,9 @@ class ClusterState:
         # The last tick passed over a job between its declared checkpoints for a waiting job (rule 4), or
         # counted on one leaving at its next checkpoint (rule 5).
         self.passed_over = False
+        # The running jobs whose checkpoints the last tick read: passed over between them (rule 4), or whose
+        # leave time in rule 5's sweep they set (`quiet.py`).
+        self.window_jobs: set[str] = set()
         self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
         # What the pending allocated jobs that defragmentation is tried for ask (`defrag.defragments_for`: GPUs,
         # minimum runtime, GPU types) -> [how many, one of them] (`defrag_asks`).
