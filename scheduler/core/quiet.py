@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_right
+from collections.abc import Iterator
 from operator import itemgetter
 
 from .capacity import Capacity
@@ -363,41 +364,26 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
     charged_for_claims = {node.name for project in claiming for node in tree.nodes[project].path}
     soonest = math.inf
     large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
-    ordered_losers = sorted(losers)
-    for gainer, charges in sorted(charges_of.items()):
-        for loser in ordered_losers:
-            sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[loser])
-            if sides is None:
-                continue
-            gainer_side, loser_side = sides
-            if gainer_side.entitled <= 0 or loser_side.entitled <= 0:
-                continue
-            soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged,
+    for gainer, charges, gainer_side, loser_side in _compared(tree, charges_of, losers):
+        soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged,
+                                           charged_for_claims, now, crossing))
+        if large is None:
+            large = _large_charges(state, policy)
+        # Rule 4b's second clause (`may_take_on_own_path`): a job that needs a whole NVLink domain may take
+        # from the loser once a unit on its own path below its side is less served than the loser's side.
+        for node in _own_path(tree, gainer, gainer_side) if gainer in large else ():
+            soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged,
                                                charged_for_claims, now, crossing))
+        if soonest <= now + AFTER:
+            return soonest
+    if state.held_back:
+        for gainer, charges, gainer_side, holder_side in _compared(tree, charges_of, holders):
+            # The largest charge stops taking first (the lines move alike whatever the charge).
+            soonest = min(soonest, _last_take(gainer_side, holder_side, charges[-1], claimed, crossing))
             if large is None:
                 large = _large_charges(state, policy)
-            # Rule 4b's second clause (`may_take_on_own_path`): a job that needs a whole NVLink domain may take
-            # from the loser once a unit on its own path below its side is less served than the loser's side.
             for node in _own_path(tree, gainer, gainer_side) if gainer in large else ():
-                soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged,
-                                                   charged_for_claims, now, crossing))
-            if soonest <= now + AFTER:
-                return soonest
-    if state.held_back:
-        for gainer, charges in sorted(charges_of.items()):
-            for holder in sorted(holders):
-                sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[holder])
-                if sides is None:
-                    continue
-                gainer_side, holder_side = sides
-                if gainer_side.entitled <= 0 or holder_side.entitled <= 0:
-                    continue
-                # The largest charge stops taking first (the lines move alike whatever the charge).
-                soonest = min(soonest, _last_take(gainer_side, holder_side, charges[-1], claimed, crossing))
-                if large is None:
-                    large = _large_charges(state, policy)
-                for node in _own_path(tree, gainer, gainer_side) if gainer in large else ():
-                    soonest = min(soonest, _last_take(node, holder_side, large[gainer][-1], claimed, crossing))
+                soonest = min(soonest, _last_take(node, holder_side, large[gainer][-1], claimed, crossing))
     if state.held_back or state.scoped:
         # Siblings with waiting allocated work swap places when their ratios cross: another job is first (and
         # another sibling's wait keeps the rest from preempting outside their ancestor, rule 4).
@@ -409,6 +395,17 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
                     if a is not b and a.ratio_with(claimed[a.name]) > b.ratio_with(claimed[b.name]):
                         soonest = min(soonest, crossing(a, claimed[a.name], b, claimed[b.name]))
     return soonest
+
+
+def _compared(tree, charges_of: dict[str, list[float]], others: set[str]) -> Iterator[tuple]:
+    """(Gainer project, its charges, its side, the other's side) for each waiting project and each of `others`
+    that rule 4b compares at their common ancestor (both sides entitled), in a stable order."""
+    ordered = sorted(others)
+    for gainer, charges in sorted(charges_of.items()):
+        for other in ordered:
+            sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[other])
+            if sides is not None and sides[0].entitled > 0 and sides[1].entitled > 0:
+                yield gainer, charges, sides[0], sides[1]
 
 
 def _lines(state: ClusterState, now: float, policy: Policy, window_edges: float) -> tuple:
