@@ -53,6 +53,8 @@ class Counted(Simulation):
         self._event = ""
         self._asked: set[str] = set()
         self._reservations: tuple = ()
+        # What the call being made decided (`_apply`), one of OUTCOMES.
+        self._decided = ""
 
     # What each event is, noted as it is handled; it asks for a call if the engine marks the next tick due.
     def _submit(self, run, when: float) -> None:
@@ -76,7 +78,6 @@ class Counted(Simulation):
         calls, seconds = self.core_calls, self.core_seconds
         asked = " + ".join(sorted(self._asked)) or QUIET
         self._asked = set()
-        self._decided = None
         super()._tick(when)
         if self.core_calls > calls:
             key = (asked, self._decided)
@@ -100,19 +101,20 @@ class Counted(Simulation):
 def table(counted: Counted) -> list[str]:
     """One line per (asked by, decided), most time first, and the totals."""
     calls, seconds = sum(counted.calls.values()), sum(counted.seconds.values())
+
+    def row(asked: str, decided: str, n: int, spent: float) -> str:
+        return (f"  {asked:44} {decided:20} {n:8,} {n / calls:6.1%} {spent:8.2f} {spent / seconds:6.1%} "
+                f"{spent / n * 1000:8.2f}")
+
     lines = [f"  {'asked by':44} {'decided':20} {'calls':>8} {'share':>6} {'core s':>8} {'share':>6} {'ms/call':>8}"]
     for key, spent in sorted(counted.seconds.items(), key=lambda item: (-item[1], item[0])):
-        n = counted.calls[key]
-        lines.append(f"  {key[0]:44} {key[1]:20} {n:8,} {n / calls:6.1%} {spent:8.2f} {spent / seconds:6.1%} "
-                     f"{spent / n * 1000:8.2f}")
+        lines.append(row(*key, counted.calls[key], spent))
     for outcome in OUTCOMES:
         n = sum(v for k, v in counted.calls.items() if k[1] == outcome)
-        spent = sum(v for k, v in counted.seconds.items() if k[1] == outcome)
         if n:
-            lines.append(f"  {'all':44} {outcome:20} {n:8,} {n / calls:6.1%} {spent:8.2f} {spent / seconds:6.1%} "
-                         f"{spent / n * 1000:8.2f}")
-    lines.append(f"  {'all':44} {'':20} {calls:8,} {1:6.1%} {seconds:8.2f} {1:6.1%} "
-                 f"{seconds / calls * 1000 if calls else 0:8.2f}")
+            lines.append(row("all", outcome, n, sum(v for k, v in counted.seconds.items() if k[1] == outcome)))
+    if calls:
+        lines.append(row("all", "", calls, seconds))
     return lines
 
 

@@ -17,7 +17,7 @@ Among the domains that qualify, the one losing the least work is chosen.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .capacity import NOTHING, Capacity, Group, Release
@@ -39,7 +39,7 @@ class DefragPlan:
     lost_work: float
 
 
-def migrations_left(recent: tuple[float, ...], now: float, policy: Policy) -> int:
+def migrations_left(recent: Iterable[float], now: float, policy: Policy) -> int:
     """Migrations the hourly cap still allows, counting those of the last hour."""
     used = sum(1 for when in recent if now - HOUR < when <= now)
     return max(0, policy.defrag_max_migrations_per_hour - used)

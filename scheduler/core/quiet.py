@@ -193,7 +193,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
                 if turn < soonest:
                     soonest = turn
     soonest = min(soonest, _first_backoff_that_counts(state, now, policy, fair_share, soonest))
-    if narrow is None and migrations_left(tuple(state.recent_defrag), now, policy) > 0:
+    if narrow is None and migrations_left(state.recent_defrag, now, policy) > 0:
         narrow = not _may_defragment(state, policy)
     if narrow is False and fair_share and waiting:
         soonest = min(soonest, _next_movable_checkpoint(state, now, policy, soonest))
