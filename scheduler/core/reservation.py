@@ -132,7 +132,6 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
     `free`: the hosts' free GPUs, when the caller knows them (its groups' counts); a job with no claim has no
     earmarked GPU to add. `claimed`: what leaving jobs give to other jobs' claims, which this job never gets.
     """
-    names = {h.name for h in hosts}
     if free is None or req.earmarked:
         available = sum(len(h.free) + len(h.earmarked.get(req.job_id, ())) for h in hosts)
     else:
@@ -143,11 +142,21 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
     # Jobs leaving after `until` are never reached: they are not sorted either. Nor are jobs that never leave
     # (inf): reaching one could only give inf, what the sweep returns when it reaches none.
     events: dict[str, tuple[float, RunningJob] | None] = {}
+    reach = available
     for host in hosts:
         for job in host.jobs:
             if job.id not in events:
                 when = leave_time(job)
-                events[job.id] = (when, job) if when <= until and when < math.inf else None
+                if when <= until and when < math.inf:
+                    events[job.id] = (when, job)
+                    reach += len(job.gpu_ids)
+                else:
+                    events[job.id] = None
+    if reach < req.gpus:
+        # Even every GPU of every job met leaving would not be enough (a job gives back at most the GPUs it
+        # holds): nothing below could reach `fits`.
+        return math.inf
+    names = {h.name for h in hosts}
     # What the jobs met so far give back is added to `extra` only once enough GPUs are free for `fits` to be
     # asked (until then it could not hold): the sums are the same whenever it is asked, with less adding.
     unadded: list[dict[str, Release]] = []
