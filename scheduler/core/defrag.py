@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import chain, pairwise
 
 from .capacity import NOTHING, Capacity, Group, Release
 from .fairshare import gpu_amount
@@ -27,6 +28,8 @@ from .placement import HostFilter, JobRequest, find_placement, plan_in_group, po
 from .preemption import lost_work
 
 HOUR = 3600.0
+
+Moved = tuple[RunningJob, ...]
 
 
 @dataclass(frozen=True)
@@ -59,11 +62,13 @@ def free_for(sides: tuple[bool, ...], gpu_types: frozenset[str], capacity: Capac
 
 def plan_defrag(job: PendingJob, req: JobRequest, capacity: Capacity, *, earliest: float, budget: int,
                 unavailable: set[str], host_filter: Callable[[JobRequest], HostFilter], now: float,
-                policy: Policy) -> DefragPlan | None:
+                policy: Policy, read: dict[str, set[str]] | None = None) -> DefragPlan | None:
     """The cheapest worthwhile set of moves that frees one domain for the job, or None.
 
     `earliest` is when the job could start without moving anything (inf if
     never); `unavailable` are jobs already leaving or chosen as victims.
+    `read` gathers, per domain, the jobs a move took before the job fitted
+    (`_moves_in`): what it finds there turns only with their order.
     """
     if budget <= 0:
         return None
@@ -80,7 +85,9 @@ def plan_defrag(job: PendingJob, req: JobRequest, capacity: Capacity, *, earlies
             found = _moves_in(group, req, capacity, host_ok, unavailable, now, policy)
             if found is None:
                 continue
-            moved, hosts = found
+            moved, hosts, taken = found
+            if read is not None:
+                read.setdefault(group.domain, set()).update(job.id for job in taken)
             lost = sum(lost_work(j, now) for j in moved)
             if len(moved) > budget or lost >= gain:
                 continue
@@ -91,17 +98,29 @@ def plan_defrag(job: PendingJob, req: JobRequest, capacity: Capacity, *, earlies
     return best
 
 
+def movable(job: RunningJob, now: float, policy: Policy) -> bool:
+    """May a move take this job now? Running, resumable, no MIG instance, past its protection if allocated."""
+    return (job.state == RUNNING and job.resumable and not job.mig_profile
+            and (not job.allocated or now >= protected_until(job, policy)))
+
+
+def _move_order(job: RunningJob, now: float) -> tuple:
+    """The order moves take a group's jobs in: least work lost first (`lost_work`), then fewest GPUs."""
+    return lost_work(job, now), len(job.gpu_ids), job.seq, job.id
+
+
 def _moves_in(group: Group, req: JobRequest, capacity: Capacity, host_ok: HostFilter, unavailable: set[str],
-              now: float, policy: Policy) -> tuple[tuple[RunningJob, ...], tuple[str, ...]] | None:
-    """Movable jobs of the group, least lost work first, until the job fits; then drop the unneeded."""
+              now: float, policy: Policy) -> tuple[Moved, tuple[str, ...], Moved] | None:
+    """Movable jobs of the group, least lost work first, until the job fits; then drop the unneeded. Also the
+    jobs taken before it fitted, unpruned: the order of the others does not matter (None: it never fits, in any
+    order)."""
     names = {h.name for h in group.hosts}
-    movable: dict[str, RunningJob] = {}
+    candidates: dict[str, RunningJob] = {}
     for host in group.hosts:
         for job in host.jobs:
-            if (job.state == RUNNING and job.resumable and job.id not in unavailable and not job.mig_profile
-                    and (not job.allocated or now >= protected_until(job, policy))):
-                movable[job.id] = job
-    ordered = sorted(movable.values(), key=lambda j: (lost_work(j, now), len(j.gpu_ids), j.seq, j.id))
+            if job.id not in unavailable and movable(job, now, policy):
+                candidates[job.id] = job
+    ordered = sorted(candidates.values(), key=lambda j: _move_order(j, now))
     extra: dict[str, Release] = {}
     chosen: list[RunningJob] = []
     releases: dict[str, dict[str, Release]] = {}
@@ -114,13 +133,14 @@ def _moves_in(group: Group, req: JobRequest, capacity: Capacity, host_ok: HostFi
             break
     else:
         return None
+    taken = tuple(chosen)
     for job in reversed(list(chosen)):
         without = {n: r - releases[job.id].get(n, NOTHING) for n, r in extra.items()}
         if plan_in_group(group, req, req.gpus, host_ok, without) is not None:
             chosen.remove(job)
             extra = without
     plan = plan_in_group(group, req, req.gpus, host_ok, extra)
-    return tuple(chosen), tuple(sorted(h.name for h, _ in plan))
+    return tuple(chosen), tuple(sorted(h.name for h, _ in plan)), taken
 
 
 def _fit_elsewhere(moved: tuple[RunningJob, ...], group: Group, capacity: Capacity,
@@ -153,3 +173,55 @@ def _request_for_running(job: RunningJob, capacity: Capacity, policy: Policy) ->
         gpu_types=gpu_types, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
         memory_gib=job.memory_gib,
     ), policy)
+
+
+def next_order_turn(groups: Iterable[tuple[Group, set[str]]], now: float, policy: Policy, before: float,
+                    just_after: float) -> float:
+    """The first moment after `now`, before `before`, at which what a move takes in one of these groups
+    (`_moves_in`) could change with time alone (else `before`); `just_after` (the caller's moment right after
+    `now`) if it could at once.
+
+    `groups`: each group with the jobs a plan took there before the job fitted (`plan_defrag`'s `read`). Moves
+    take jobs least work lost first, and each job's lost work grows as a line from its last checkpoint (or
+    start): `gpus × (t - since)`, zero until `since` if that is still to come. What a plan takes changes when
+    two of those jobs swap, or another job comes before the last of them; lines in a sorted list first swap
+    between neighbours, so the soonest crossing of neighbours among them, of the last of them with each job
+    after it, and the moments a line leaves zero, bound when that happens. Lines tied now part at once when
+    the one ahead (on fewer GPUs, or earlier) grows faster: fractions of a GPU, whose lines grow by the
+    fraction. A job the plan did not take that stands before the last it took (one started since) changes it
+    at once. (A checkpoint drops a line to zero: the caller counts those moments,
+    `quiet._next_movable_checkpoint`.)
+    """
+    soonest = before
+    for group, read in groups:
+        jobs = {job.id: job for host in group.hosts for job in host.jobs if movable(job, now, policy)}
+        ordered = sorted(jobs.values(), key=lambda j: _move_order(j, now))
+        last = max((i for i, job in enumerate(ordered) if job.id in read), default=None)
+        if last is None:
+            continue
+        if any(job.id not in read for job in ordered[:last]):
+            return just_after
+        lines = []
+        for job in ordered:
+            since = job.start_time if job.last_checkpoint is None else max(job.start_time, job.last_checkpoint)
+            if now < since < soonest:
+                soonest = since
+            lines.append((gpu_amount(len(job.gpu_ids), job.gpu_milli), since))
+        pairs = chain(pairwise(lines[:last + 1]), ((lines[last], after) for after in lines[last + 1:]))
+        for (slope_a, since_a), (slope_b, since_b) in pairs:
+            # a is ahead of b now. A line still at zero until its `since` (counted above) stays level till then:
+            # b's falls below a's at once only if a's starts growing now.
+            if since_b > now:
+                if since_a <= now and slope_a > 0:
+                    return just_after
+                continue
+            if since_a > now:
+                continue
+            # Both grow: b's line falls below a's at `turns` if it grows more slowly.
+            if slope_b < slope_a:
+                turns = (slope_a * since_a - slope_b * since_b) / (slope_a - slope_b)
+                if turns <= now:
+                    return just_after
+                if turns < soonest:
+                    soonest = turns
+    return soonest

@@ -159,6 +159,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
         state.scoped = bool(cycle.scoped())
         state.passed_over = bool(cycle.victims.passed_over) or cycle.leave_times.windowed
         state.window_jobs = cycle.victims.passed_over_jobs | cycle.leave_times.read_windows
+        state.moves_read = cycle.moves_read
     return decisions
 
 
@@ -218,6 +219,8 @@ class Cycle(BoundedSearch, Explanation):
         # Rule 5 is tried for the first jobs that can't start, at most max_reservations of them.
         self.reservation_attempts = 0
         self.defrag_budget = migrations_left(recent_defrag_migrations, now, policy)
+        # Domain -> the jobs defragmentation plans took there before the job fitted (`quiet.py`).
+        self.moves_read: dict[str, set[str]] = {}
         self._start_search(classes)
         self._reserved: list[HostState] = []
         # Until when each reservation holds (see `_hold`), sorted.
@@ -400,7 +403,7 @@ class Cycle(BoundedSearch, Explanation):
             moves = plan_defrag(
                 job, req, self.capacity, earliest=outlook.start if outlook else math.inf,
                 budget=self.defrag_budget, unavailable=set(self.leave_at), host_filter=self._host_filter,
-                now=self.now, policy=self.policy,
+                now=self.now, policy=self.policy, read=self.moves_read,
             )
             if moves is not None:
                 self._defragment(job, moves)

@@ -24,7 +24,10 @@ What can change a decision with time alone, each at a moment known now:
   happens first;
 - while a waiting job could defragment, the next checkpoint of each job a
   move may take (`defrag.plan_defrag` weighs what the moved jobs lose since
-  their last checkpoint);
+  their last checkpoint), and, where the last tick planned moves, the
+  moments what a move takes there turns as the jobs' lost work grows (it
+  takes them least work lost first: `ClusterState.moves_read`,
+  `defrag.next_order_turn`);
 - a job reaches its maximum runtime;
 - a job preempted for a claim has not left a heartbeat timeout after its
   grace period (the claim then breaks, `earmarks.py`);
@@ -53,6 +56,12 @@ from it could have had them free then, on the same plan or a smaller one.
 
 And right after a tick that stopped a job that is back in the queue at once
 (its host went down): the next tick may start it elsewhere.
+
+And right after a tick that preempted for a job while it held hosts for a
+reservation: the victim search kept to the hosts the reservation left the
+job (`search._host_filter`), but from the next tick on its claim is planned
+anew from the jobs leaving for it, on any host (`Victims.after`), and may
+take free GPUs there.
 
 And right after a tick that started allocated jobs: it charged their units
 for them (rule 2), and those charges are gone at the next tick, where such a
@@ -90,7 +99,7 @@ from collections.abc import Iterator
 from operator import itemgetter
 
 from .capacity import Capacity
-from .defrag import free_for, migrations_left
+from .defrag import free_for, migrations_left, movable, next_order_turn
 from .fairshare import gpu_amount, sides_at_common_ancestor
 from .model import (
     DRAINING,
@@ -102,7 +111,6 @@ from .model import (
     checkpoint_due,
     checkpoint_window,
     checkpoint_window_closes,
-    protected_until,
     whole_gpus_asked,
 )
 from .placement import JobRequest, find_placement, lanes, needs_whole_domain
@@ -123,6 +131,9 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     waiting = bool(state.queues[True])
     if last is not None and any(p.job_id in state.pending for p in last.preemptions):
         # A job the tick stopped is back in the queue already (its host went down): the next tick may start it.
+        return now + AFTER
+    if last is not None and last.reservations and any(p.preemptor for p in last.preemptions):
+        # A job preempted for on the hosts a reservation left it: the next tick plans its claim anew on any host.
         return now + AFTER
     # Projects the tick charged for allocated jobs it started, or for jobs that claimed GPUs (rule 2): at the
     # next tick the first charges are gone, and the second come at the start of the tick, not where the walk
@@ -197,6 +208,11 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         narrow = not _may_defragment(state, policy)
     if narrow is False and fair_share and waiting:
         soonest = min(soonest, _next_movable_checkpoint(state, now, policy, soonest))
+        # What a move takes where the last tick planned moves turns with the jobs' lost work.
+        read = state.moves_read
+        groups = [(group, read[group.domain]) for pool in state.capacity.pools.values()
+                  for group in pool.groups.values() if group.domain in read]
+        soonest = next_order_turn(groups, now, policy, soonest, now + AFTER)
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
@@ -244,9 +260,7 @@ def _next_movable_checkpoint(state: ClusterState, now: float, policy: Policy, be
     not worth its lost work (`defrag.plan_defrag`) may be worth it then."""
     soonest = before
     for job in state.running.values():
-        if job.state != RUNNING or not job.resumable or not job.checkpoint_every or job.mig_profile:
-            continue
-        if job.min_runtime > 0 and now < protected_until(job, policy):
+        if not job.checkpoint_every or not movable(job, now, policy):
             continue
         due = checkpoint_due(job, now + AFTER, policy)
         if due is not None and due < soonest:

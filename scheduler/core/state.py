@@ -138,6 +138,9 @@ class ClusterState:
         # The running jobs whose checkpoints the last tick read: passed over between them (rule 4), or whose
         # leave time in rule 5's sweep they set (`quiet.py`).
         self.window_jobs: set[str] = set()
+        # Domain -> the jobs the last tick's defragmentation plans took there before the waiting job fitted
+        # (`defrag.plan_defrag`'s `read`; `quiet.py`).
+        self.moves_read: dict[str, set[str]] = {}
         self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
         # What the pending allocated jobs that defragmentation is tried for ask (`defrag.defragments_for`: GPUs,
         # minimum runtime, GPU types) -> [how many, one of them] (`defrag_asks`).
