@@ -25,7 +25,7 @@ from .capacity import NOTHING, Capacity, Group, Release
 from .fairshare import gpu_amount
 from .model import DOMAIN, RUNNING, PendingJob, Policy, RunningJob, protected_until
 from .placement import HostFilter, JobRequest, find_placement, plan_in_group, pools_for, pools_in
-from .preemption import lost_work
+from .preemption import lost_work, work_line
 
 HOUR = 3600.0
 
@@ -109,18 +109,21 @@ def _move_order(job: RunningJob, now: float) -> tuple:
     return lost_work(job, now), len(job.gpu_ids), job.seq, job.id
 
 
+def _in_move_order(group: Group, now: float, policy: Policy, unavailable: set[str] | frozenset = frozenset()
+                   ) -> list[RunningJob]:
+    """The group's jobs a move may take (`movable`, not `unavailable`), each once, in the order it takes them."""
+    jobs = {job.id: job for host in group.hosts for job in host.jobs
+            if job.id not in unavailable and movable(job, now, policy)}
+    return sorted(jobs.values(), key=lambda j: _move_order(j, now))
+
+
 def _moves_in(group: Group, req: JobRequest, capacity: Capacity, host_ok: HostFilter, unavailable: set[str],
               now: float, policy: Policy) -> tuple[Moved, tuple[str, ...], Moved] | None:
     """Movable jobs of the group, least lost work first, until the job fits; then drop the unneeded. Also the
     jobs taken before it fitted, unpruned: the order of the others does not matter (None: it never fits, in any
     order)."""
     names = {h.name for h in group.hosts}
-    candidates: dict[str, RunningJob] = {}
-    for host in group.hosts:
-        for job in host.jobs:
-            if job.id not in unavailable and movable(job, now, policy):
-                candidates[job.id] = job
-    ordered = sorted(candidates.values(), key=lambda j: _move_order(j, now))
+    ordered = _in_move_order(group, now, policy, unavailable)
     extra: dict[str, Release] = {}
     chosen: list[RunningJob] = []
     releases: dict[str, dict[str, Release]] = {}
@@ -183,30 +186,27 @@ def next_order_turn(groups: Iterable[tuple[Group, set[str]]], now: float, policy
 
     `groups`: each group with the jobs a plan took there before the job fitted (`plan_defrag`'s `read`). Moves
     take jobs least work lost first, and each job's lost work grows as a line from its last checkpoint (or
-    start): `gpus × (t - since)`, zero until `since` if that is still to come. What a plan takes changes when
-    two of those jobs swap, or another job comes before the last of them; lines in a sorted list first swap
-    between neighbours, so the soonest crossing of neighbours among them, of the last of them with each job
-    after it, and the moments a line leaves zero, bound when that happens. Lines tied now part at once when
-    the one ahead (on fewer GPUs, or earlier) grows faster: fractions of a GPU, whose lines grow by the
-    fraction. A job the plan did not take that stands before the last it took (one started since) changes it
-    at once. (A checkpoint drops a line to zero: the caller counts those moments,
+    start): `gpus × (t - since)`, zero until `since` if that is still to come (`preemption.work_line`). What
+    a plan takes changes when two of those jobs swap, or another job comes before the last of them; lines in
+    a sorted list first swap between neighbours, so the soonest crossing of neighbours among them, of the last
+    of them with each job after it, and the moments a line leaves zero, bound when that happens. Lines tied
+    now part at once when the one ahead (on fewer GPUs, or earlier) grows faster: fractions of a GPU, whose
+    lines grow by the fraction. A job the plan did not take that stands before the last it took (one started
+    since) changes it at once. (A checkpoint drops a line to zero: the caller counts those moments,
     `quiet._next_movable_checkpoint`.)
     """
     soonest = before
     for group, read in groups:
-        jobs = {job.id: job for host in group.hosts for job in host.jobs if movable(job, now, policy)}
-        ordered = sorted(jobs.values(), key=lambda j: _move_order(j, now))
+        ordered = _in_move_order(group, now, policy)
         last = max((i for i, job in enumerate(ordered) if job.id in read), default=None)
         if last is None:
             continue
         if any(job.id not in read for job in ordered[:last]):
             return just_after
-        lines = []
-        for job in ordered:
-            since = job.start_time if job.last_checkpoint is None else max(job.start_time, job.last_checkpoint)
+        lines = [work_line(job) for job in ordered]
+        for _, since in lines:
             if now < since < soonest:
                 soonest = since
-            lines.append((gpu_amount(len(job.gpu_ids), job.gpu_milli), since))
         pairs = chain(pairwise(lines[:last + 1]), ((lines[last], after) for after in lines[last + 1:]))
         for (slope_a, since_a), (slope_b, since_b) in pairs:
             # a is ahead of b now. A line still at zero until its `since` (counted above) stays level till then:

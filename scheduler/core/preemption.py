@@ -56,8 +56,15 @@ from .reservation import grace_for, grace_period_for
 def lost_work(job: RunningJob, now: float, overhead: float = 0.0) -> float:
     """GPU-seconds a preemption loses: since the last checkpoint (or since start), plus `overhead` seconds of
     restart (what the job's next run holds its GPUs for before it makes progress again)."""
+    gpus, since = work_line(job)
+    return gpus * (max(0.0, now - since) + overhead)
+
+
+def work_line(job: RunningJob) -> tuple[float, float]:
+    """(GPUs, since): the work a running job would lose grows by its GPUs each second from `since`, its last
+    checkpoint or its start (zero until then, if the checkpoint is still to come)."""
     since = job.start_time if job.last_checkpoint is None else max(job.start_time, job.last_checkpoint)
-    return gpu_amount(len(job.gpu_ids), job.gpu_milli) * (max(0.0, now - since) + overhead)
+    return gpu_amount(len(job.gpu_ids), job.gpu_milli), since
 
 
 def preemption_cost(job: RunningJob, now: float, policy: Policy) -> float:

@@ -210,9 +210,10 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         soonest = min(soonest, _next_movable_checkpoint(state, now, policy, soonest))
         # What a move takes where the last tick planned moves turns with the jobs' lost work.
         read = state.moves_read
-        groups = [(group, read[group.domain]) for pool in state.capacity.pools.values()
-                  for group in pool.groups.values() if group.domain in read]
-        soonest = next_order_turn(groups, now, policy, soonest, now + AFTER)
+        if read:
+            groups = [(group, read[group.domain]) for pool in state.capacity.pools.values()
+                      for group in pool.groups.values() if group.domain in read]
+            soonest = next_order_turn(groups, now, policy, soonest, now + AFTER)
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
@@ -255,9 +256,9 @@ def _may_defragment(state: ClusterState, policy: Policy) -> bool:
 
 
 def _next_movable_checkpoint(state: ClusterState, now: float, policy: Policy, before: float) -> float:
-    """The first checkpoint after now, before `before`, of a job defragmentation may move (`defrag._moves_in`:
-    running, resumable, past its protection if allocated): what a move loses drops to nothing there, so a move
-    not worth its lost work (`defrag.plan_defrag`) may be worth it then."""
+    """The first checkpoint after now, before `before`, of a job defragmentation may move (`defrag.movable`):
+    what a move loses drops to nothing there, so a move not worth its lost work (`defrag.plan_defrag`) may be
+    worth it then."""
     soonest = before
     for job in state.running.values():
         if not job.checkpoint_every or not movable(job, now, policy):

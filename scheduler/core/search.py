@@ -256,7 +256,7 @@ class BoundedSearch:
 
     def _access(self, job: PendingJob) -> Access:
         """Which reservations the job may start under: those lasting at least its protection. 0: every one (as
-        with none); else (how many there are, how many of them, the first to end, it may not start under).
+        with none); else (how many there are, how many of them it may not start under: those ending first).
         Reservations are only added while a tick decides, so that pair names one set of them: failures remembered
         under it (`_no_fit`, `_no_victims`) stand only for jobs kept out of the same reservations."""
         reserved_until = self._reserved_until
