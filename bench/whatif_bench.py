@@ -41,23 +41,28 @@ def setup_django() -> None:
     django.setup()
 
 
-def heavy_week(jobs: int, seed: int, now) -> dict:
-    """Write `jobs` submissions of the week before `now`; returns how many ended, run and wait."""
-    from datetime import timedelta
-
+def load_demo() -> None:
+    """The demo cluster and org, their shares in force from now on (take the what-if's `now` after this)."""
     from django.core.management import call_command
 
     from budgets.loaders import load_org_file
-    from budgets.models import Membership
-    from scheduler.choices import JobState
-    from scheduler.models import GpuAssignment, Job
-    from topology.choices import GpuHealth, HostState
     from topology.loaders import load_cluster_file
-    from topology.models import Cluster, Gpu
 
     call_command("migrate", "--no-input", verbosity=0)
     load_cluster_file(REPO / "demo" / "cluster.yaml")
     load_org_file(REPO / "demo" / "org.yaml")
+
+
+def heavy_week(jobs: int, seed: int, now) -> dict:
+    """Write `jobs` submissions of the week before `now`; returns how many ended, run and wait."""
+    from datetime import timedelta
+
+    from budgets.models import Membership
+    from scheduler.choices import JobState
+    from scheduler.models import GpuAssignment, Job
+    from topology.choices import GpuHealth, HostState
+    from topology.models import Cluster, Gpu
+
     cluster = Cluster.objects.get(name="gb200-east")
     gpus = list(Gpu.objects.filter(host__domain__cluster=cluster, health=GpuHealth.OK, host__state=HostState.UP)
                 .order_by("host__name", "index"))
@@ -106,6 +111,7 @@ def heavy_week(jobs: int, seed: int, now) -> dict:
 
 
 def measure(jobs: int, seed: int, profile: bool = False) -> dict:
+    from datetime import timedelta
     from decimal import Decimal
 
     from django.utils import timezone
@@ -115,7 +121,10 @@ def measure(jobs: int, seed: int, profile: bool = False) -> dict:
     from operations.whatif import build_inputs, simulate_both
     from topology.models import Cluster
 
-    now = timezone.now().replace(microsecond=0)
+    load_demo()
+    # After loading: the shares are in force from the moment they were loaded, and the what-if reads those in
+    # force at `now` (taken before, every unit would have none, and both sides would replay the same week).
+    now = timezone.now().replace(microsecond=0) + timedelta(seconds=1)
     counts = heavy_week(jobs, seed, now)
     unit = Unit.objects.get(name="olmo")
     asker = Membership.objects.filter(unit=unit).select_related("user").first().user
