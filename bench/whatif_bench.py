@@ -133,6 +133,8 @@ def measure(jobs: int, seed: int, profile: bool = False) -> dict:
     began = time.perf_counter()
     inputs = build_inputs(request, share=Decimal(70), now=now)
     read = time.perf_counter() - began
+    if any(unit.share is None for unit in inputs.without):
+        raise SystemExit("the demo org's shares are not in force at the what-if's now: the sides would not differ")
     if profile:
         import cProfile
         import pstats
