@@ -41,8 +41,10 @@ What can change a decision with time alone, each at a moment known now:
   leaving). Usage moves
   linearly between moments also known now: a running job adds its GPUs until
   its start leaves the window, a run that ended loses its GPUs once its start
-  has (`window.py`). Between those moments the comparison is a line, solved
-  for when it turns.
+  has, until its end has too (`window.py`). Between those moments the
+  comparison is a line, solved for when it turns; at each of them the lines
+  of the units above that project bend, and are followed on (up to
+  `MAX_BENDS` of them: past the last, its moment is counted).
 
 An unallocated job submitted while no GPUs it could use are free calls no
 tick either (`waits_on_arrival`): it can neither preempt nor reserve, so a
@@ -93,9 +95,11 @@ the sibling comes first, so the moments siblings swap places are counted too.
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Iterator
+from itertools import islice
 from operator import itemgetter
 
 from .capacity import Capacity
@@ -120,6 +124,9 @@ from .state import ClusterState
 
 # A moment just after a strict boundary (`now > deadline`), in the caller's seconds.
 AFTER = 1e-6
+# How many changes of slope to come a ratio line is followed through (`_lines`); past them, the moment the
+# last of them comes is counted instead (a tick then looks again).
+MAX_BENDS = 16
 
 
 def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisions | None = None,
@@ -155,10 +162,8 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     losers: set[str] = set()
     # Projects running allocated jobs, protected or not: rule 5's sweep reads who may take from them.
     holders: set[str] = set()
-    window_edges = math.inf
     run_ends = state.run_ends(policy)
     # (`if x < soonest: soonest = x` is `soonest = min(soonest, x)`, without a call per running job.)
-    window_length = policy.window
     turns_in_window = waiting and (state.passed_over or state.held_back)
     window_jobs = state.window_jobs
     # Protected jobs whose protection (or shield) ends count only from when a waiting job may take them
@@ -179,9 +184,6 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         if not job.min_runtime > 0:
             continue
         holders.add(job.project)
-        edge = job.start_time + window_length
-        if now < edge < window_edges:
-            window_edges = edge
         _, ends, shield_ends = run_ends[job.id]
         if ends > now:
             if ends < soonest:
@@ -229,7 +231,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     # Last, and only if one ends before the soonest moment found so far: a protection ending later changes nothing.
     protected = [entry for entry in protected if entry[1] < soonest]
     if protected or turns:
-        lines = _lines(state, now, policy, window_edges)
+        lines = _lines(state, now, policy)
         charges = state.pending_charges()
         if turns:
             soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, started, claiming, holders))
@@ -423,23 +425,27 @@ def _compared(tree, charges_of: dict[str, list[float]], others: set[str]) -> Ite
                 yield gainer, charges, sides[0], sides[1]
 
 
-def _lines(state: ClusterState, now: float, policy: Policy, window_edges: float) -> tuple:
+def _lines(state: ClusterState, now: float, policy: Policy) -> tuple:
     """(The org tree at `now`, what waiting for victims charges each unit at every tick, and `crossing`: when
-    one unit's ratio line first falls below another's before the lines may bend, `lines_cross`)."""
+    one unit's ratio line first falls below another's, `lines_cross`)."""
     # The tick at `now` summed the same usage: it is reused, not summed again (`ClusterState.usage_tree`).
     tree = state.usage_tree(now, policy.window)
     running = state.running_in_order()
-    # How fast each unit's usage grows now: its running allocated jobs' GPUs, less what slides out.
+    # How fast each unit's usage grows now: its running allocated jobs' GPUs, less what slides out; and when
+    # that changes: a running job's usage stops growing once its start leaves the window.
     rate = dict.fromkeys(tree.nodes, 0.0)
     edge = now - policy.window
+    running_bends = []
     for job in running:
         if job.allocated and job.start_time > edge:
-            rate[job.project] += gpu_amount(len(job.gpu_ids), job.gpu_milli)
+            gpus = gpu_amount(len(job.gpu_ids), job.gpu_milli)
+            rate[job.project] += gpus
+            running_bends.append((job.start_time + policy.window, job.project, -gpus))
+    running_bends.sort()
     window = state.window
     if window is not None:
         for name in tree.nodes:
             rate[name] += window.rate(name, True)
-        window_edges = min(window_edges, window.next_change())
     claimed = dict.fromkeys(tree.nodes, 0.0)
     for job in state.claimants.values():
         if job.allocated:
@@ -448,12 +454,51 @@ def _lines(state: ClusterState, now: float, policy: Policy, window_edges: float)
         if node.parent is not None:
             rate[node.parent.name] += rate[node.name]
             claimed[node.parent.name] += claimed[node.name]
-    segment_end = window_edges
+    # The first changes of slope to come, from both, in time order (taken when a line is first followed).
+    bends: list[tuple[float, str, float]] = []
+    stretches: dict[tuple[str, str], list] = {}
 
     def crossing(low, low_extra: float, high, high_extra: float = 0.0) -> float:
-        return lines_cross(low, low_extra, high, high_extra, rate, now, segment_end)
+        key = (low.name, high.name)
+        known = stretches.get(key)
+        if known is None:
+            if not bends:
+                later = window.bends_after(now) if window is not None else iter(())
+                bends.extend(islice(heapq.merge(running_bends, later), MAX_BENDS + 1))
+                if len(bends) <= MAX_BENDS:
+                    bends.append((math.inf, "", 0.0))  # no more: the last slopes hold for ever
+            known = stretches[key] = _stretches(low, high, rate, now, bends, tree)
+        return lines_cross(low, low_extra, high, high_extra, known)
 
     return tree, claimed, crossing
+
+
+def _stretches(low, high, rate: dict[str, float], now: float, bends: list[tuple[float, str, float]],
+               tree) -> list[tuple[float, float, float, float]]:
+    """`low`'s ratio line less `high`'s, piece by piece: (from when, until when, how much it has fallen by then
+    since `now`, how fast it falls), changing where the usage of a project under either bends (`bends`, the
+    last at inf); the last piece ends at the last bend known (`MAX_BENDS`) if more may follow."""
+    slope_low, slope_high = rate[low.name], rate[high.name]
+    pieces = []
+    start, fallen = now, 0.0
+    closing = slope_high / high.entitled - slope_low / low.entitled
+    nodes = tree.nodes
+    for when, project, change in bends:
+        node = nodes.get(project)
+        path = node.path if node is not None else ()
+        if when < math.inf and low not in path and high not in path and when != bends[-1][0]:
+            continue  # neither line bends here
+        pieces.append((start, when, fallen, closing))
+        if when == math.inf:
+            break
+        fallen += closing * (when - start)
+        start = when
+        if low in path:
+            slope_low += change
+        elif high in path:
+            slope_high += change
+        closing = slope_high / high.entitled - slope_low / low.entitled
+    return pieces
 
 
 def _own_path(tree, gainer: str, gainer_side) -> list:
@@ -538,18 +583,18 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
     return {project: sorted(charges) for project, charges in found.items()}
 
 
-def lines_cross(low, low_extra: float, high, high_extra: float, rate: dict[str, float], now: float,
-                segment_end: float) -> float:
-    """When `low`'s ratio (charged `low_extra` more) first falls below `high`'s (charged `high_extra`), each unit's
-    usage growing at its `rate` (GPUs) from `now`; `segment_end` if not before the lines may bend."""
+def lines_cross(low, low_extra: float, high, high_extra: float, stretches: list) -> float:
+    """When `low`'s ratio (charged `low_extra` more) first falls below `high`'s (charged `high_extra`), following
+    their lines piece by piece (`_stretches`); the end of the last piece known if not by then (inf: never)."""
     # (usage_low + extra + rate_low·t) / entitled_low < (usage_high + extra + rate_high·t) / entitled_high
     behind = low.ratio_with(low_extra) - high.ratio_with(high_extra)
-    closing = rate[high.name] / high.entitled - rate[low.name] / low.entitled
-    if closing > 0:
-        turns = now + behind / closing + AFTER
-        if turns < segment_end:
-            return turns
-    return segment_end
+    end = math.inf
+    for start, end, fallen, closing in stretches:
+        if closing > 0:
+            turns = start + (behind - fallen) / closing + AFTER
+            if turns < end:
+                return turns
+    return end
 
 
 def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float], charged: set[str],

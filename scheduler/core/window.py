@@ -3,14 +3,17 @@
 A kept state (`state.py`) records every run that ends and asks for the usage
 at each tick; it costs what slides out of the window, not a re-summing of
 every run. The usage is piecewise linear in time between the moments a run's
-start or end leaves the window (`next_change`), with the slope `rate` — what
-the kept state needs to tell when a fair-share comparison can next turn.
+start or end leaves the window (`next_change`, and every one to come in
+order: `bends_after`), with the slope `rate` — what the kept state needs to
+tell when a fair-share comparison can next turn.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_right, insort
+from collections.abc import Iterator
 
 
 class WindowUsage:
@@ -29,6 +32,10 @@ class WindowUsage:
         self._crossings: list[tuple[float, int, int, tuple, float, float]] = []
         self._seq = 0
         self.edge = -math.inf
+        # The moments to come at which the slope of a project's allocated usage changes, sorted: (when, seq,
+        # project, the change in GPUs); those before `_head` are past.
+        self._bends: list[tuple[float, int, str, float]] = []
+        self._head = 0
 
     def add(self, project: str, allocated: bool, gpus: float, start: float, end: float) -> None:
         if end <= start or gpus <= 0:
@@ -37,6 +44,10 @@ class WindowUsage:
         self.full[key] = self.full.get(key, 0.0) + gpus * (end - start)
         self._seq += 1
         heapq.heappush(self._crossings, (start + self.window, 0, self._seq, key, gpus, end))
+        if allocated:
+            # It starts shrinking when the window's start passes its start, and stops when it passes its end.
+            insort(self._bends, (start + self.window, self._seq, project, -gpus), lo=self._head)
+            insort(self._bends, (end + self.window, self._seq, project, gpus), lo=self._head)
 
     def at(self, now: float) -> None:
         """Slide the window to end at `now`."""
@@ -57,6 +68,11 @@ class WindowUsage:
                 partial[0] -= gpus
                 partial[1] -= gpus * end
         self.edge = edge
+        bends = self._bends
+        head = self._head = bisect_right(bends, (now, math.inf), lo=self._head)
+        if head > 1024 and head * 2 > len(bends):
+            del bends[:head]
+            self._head = 0
 
     def usage(self, project: str, allocated: bool) -> float:
         key = (project, allocated)
@@ -70,6 +86,14 @@ class WindowUsage:
         """How fast the usage of runs that ended changes as time passes: minus the GPUs of partly slid-out runs."""
         partial = self.partial.get((project, allocated))
         return -partial[0] if partial is not None and partial[0] > 0 else 0.0
+
+    def bends_after(self, now: float) -> Iterator[tuple[float, str, float]]:
+        """(When, project, the change in GPUs per second) of every change to come after `now` in the slope of a
+        project's allocated usage (`rate`), in time order."""
+        bends = self._bends
+        for index in range(bisect_right(bends, (now, math.inf), lo=self._head), len(bends)):
+            when, _, project, change = bends[index]
+            yield when, project, change
 
     def next_change(self) -> float:
         """When the slope of some project's usage changes next (a run's start or end leaves the window)."""

@@ -9,12 +9,13 @@ minimum over every charge, in floating point, on random usages, entitlements, ra
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.fairshare import UnitNode
-from scheduler.core.quiet import AFTER, _first_turn, lines_cross
+from scheduler.core.quiet import AFTER, _first_turn, _stretches, lines_cross
 
 NOW = 1_000_000.0
 positive = st.floats(1.0, 1e9, allow_nan=False, allow_infinity=False)
@@ -47,8 +48,9 @@ def test_the_first_charge_that_cannot_take_turns_soonest(usage, entitled, rate, 
     rates = {"g": rate[0], "l": rate[1]}
     segment_end = NOW + segment
 
-    def crossing(low, low_extra, high, high_extra=0.0):  # as `quiet_until` binds it
-        return lines_cross(low, low_extra, high, high_extra, rates, NOW, segment_end)
+    def crossing(low, low_extra, high, high_extra=0.0):  # as `quiet_until` binds it, the lines bending later
+        return lines_cross(low, low_extra, high, high_extra,
+                           _stretches(low, high, rates, NOW, [(segment_end, "", 0.0)], SimpleNamespace(nodes={})))
 
     claims = {"g": claimed[0], "l": claimed[1]}
     ordered = sorted(charges)
@@ -56,3 +58,68 @@ def test_the_first_charge_that_cannot_take_turns_soonest(usage, entitled, rate, 
     charged = set(charged) | set(for_claims)
     assert _first_turn(gainer, loser, ordered, claims, charged, set(for_claims), NOW, crossing) == \
         _every_charge(gainer, loser, ordered, claims, charged, set(for_claims), NOW, crossing)
+
+
+# Two sides under a root, each with two projects: a bend of a project moves the line of the side above it.
+_PROJECTS = {"g1": "g", "g2": "g", "l1": "l", "l2": "l", "elsewhere": None}
+
+
+def _tree(usage, entitled):
+    root = UnitNode("root", 100.0, None)
+    gainer = UnitNode("g", 10.0, root, usage=usage[0], entitled=entitled[0])
+    loser = UnitNode("l", 10.0, root, usage=usage[1], entitled=entitled[1])
+    nodes = {"root": root, "g": gainer, "l": loser}
+    for project, side in _PROJECTS.items():
+        parent = nodes.get(side, root)
+        nodes[project] = UnitNode(project, 10.0, parent)
+    for node in nodes.values():
+        node.path = (node.parent.path if node.parent is not None else ()) + (node,)
+    return SimpleNamespace(nodes=nodes), gainer, loser
+
+
+def _ratio_at(side, extra, rate, bends, t) -> float:
+    """A side's ratio at `t`, summed from scratch: its usage, its rate since NOW and every bend under it since."""
+    usage = side.usage + extra + rate * (t - NOW)
+    for when, project, change in bends:
+        if when < t and _PROJECTS.get(project) == side.name:
+            usage += change * (t - when)
+    return usage / side.entitled
+
+
+@settings(max_examples=400, deadline=None)
+@given(usage=st.tuples(amount, amount), entitled=st.tuples(positive, positive),
+       rate=st.tuples(st.floats(0.0, 1e3), st.floats(0.0, 1e3)), extra=st.tuples(amount, amount),
+       bends=st.lists(st.tuples(st.floats(1.0, 1e6), st.sampled_from(sorted(_PROJECTS)), st.floats(-1e3, 1e3)),
+                      max_size=12),
+       more_to_come=st.booleans())
+def test_the_lines_are_followed_through_their_bends(usage, entitled, rate, extra, bends, more_to_come) -> None:
+    """`lines_cross` over `_stretches` names the first moment the gainer's line falls below the loser's, their
+    slopes changing at every bend of a project under either (and at no other): checked against the ratios
+    summed from scratch just before and just after it. Past the last bend known, when more may follow, it names
+    that bend."""
+    tree, gainer, loser = _tree(usage, entitled)
+    bends = sorted((NOW + offset, project, change) for offset, project, change in bends)
+    rates = {"g": rate[0], "l": rate[1]}
+    more_to_come = more_to_come and bool(bends)  # `_lines` ends the bends it takes with inf if none follow
+    known = bends if more_to_come else [*bends, (math.inf, "", 0.0)]
+    turns = lines_cross(gainer, extra[0], loser, extra[1], _stretches(gainer, loser, rates, NOW, known, tree))
+
+    def behind(t: float) -> float:
+        return _ratio_at(gainer, extra[0], rates["g"], bends, t) - _ratio_at(loser, extra[1], rates["l"], bends, t)
+
+    if gainer.ratio_with(extra[0]) < loser.ratio_with(extra[1]):
+        return  # below already: the callers ask only for lines not crossed yet
+    scale = max(1.0, abs(gainer.ratio_with(extra[0])), abs(loser.ratio_with(extra[1])))
+    moments = [NOW] + [when for when, _, _ in bends if when < turns]
+    # Not below before it: at every bend before it (the lines are straight in between, so checking their ends
+    # suffices), up to rounding.
+    for moment in moments:
+        assert behind(moment) >= -1e-6 * scale
+    if turns == math.inf:
+        assert not more_to_come
+        last = max([NOW] + [when for when, _, _ in bends])
+        assert behind(last + 1e9) >= -1e-6 * scale  # never below, even long after the last bend
+    elif more_to_come and turns == bends[-1][0]:
+        pass  # the last bend known: counted, whatever comes after
+    else:
+        assert behind(turns + AFTER) < 1e-6 * scale  # below (up to rounding) just after the moment named

@@ -283,6 +283,21 @@ def test_it_slides_usage_out_of_the_window_as_it_goes():
     assert window.usage("p", False) == 0
 
 
+def test_it_names_every_change_of_slope_to_come_in_order():
+    """`bends_after`: where each ended allocated run starts and stops sliding out, after `now`, in time order;
+    the slope `rate` gives now is what those before it leave."""
+    window = WindowUsage(100)
+    window.add("p", True, 2, 0, 50)
+    window.add("q", True, 1, 40, 90)
+    window.add("p", False, 4, 10, 20)  # unallocated: not in the allocated usage's slope
+    assert list(window.bends_after(0)) == [(100, "p", -2), (140, "q", -1), (150, "p", 2), (190, "q", 1)]
+    window.at(145)
+    assert list(window.bends_after(145)) == [(150, "p", 2), (190, "q", 1)]
+    assert window.rate("p", True) == -2 and window.rate("q", True) == -1
+    window.add("q", True, 3, 150, 160)  # ended later: its changes come in their place
+    assert list(window.bends_after(145)) == [(150, "p", 2), (190, "q", 1), (250, "q", -3), (260, "q", 3)]
+
+
 def test_it_starts_from_a_live_state():
     """The what-if: a job already running since −600 with 1000 s of work left, and a week of prior usage."""
     initial = InitialState(
