@@ -99,7 +99,6 @@ import heapq
 import math
 from bisect import bisect_right
 from collections.abc import Iterator
-from itertools import islice
 from operator import itemgetter
 
 from .capacity import Capacity
@@ -231,7 +230,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     # Last, and only if one ends before the soonest moment found so far: a protection ending later changes nothing.
     protected = [entry for entry in protected if entry[1] < soonest]
     if protected or turns:
-        lines = _lines(state, now, policy)
+        lines = _lines(state, now, policy, soonest)
         charges = state.pending_charges()
         if turns:
             soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, started, claiming, holders))
@@ -425,9 +424,10 @@ def _compared(tree, charges_of: dict[str, list[float]], others: set[str]) -> Ite
                 yield gainer, charges, sides[0], sides[1]
 
 
-def _lines(state: ClusterState, now: float, policy: Policy) -> tuple:
+def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tuple:
     """(The org tree at `now`, what waiting for victims charges each unit at every tick, and `crossing`: when
-    one unit's ratio line first falls below another's, `lines_cross`)."""
+    one unit's ratio line first falls below another's, `lines_cross`). The lines are followed only up to
+    `before` (a moment counted already): a crossing named at or after it only says "not before it"."""
     # The tick at `now` summed the same usage: it is reused, not summed again (`ClusterState.usage_tree`).
     tree = state.usage_tree(now, policy.window)
     running = state.running_in_order()
@@ -440,7 +440,8 @@ def _lines(state: ClusterState, now: float, policy: Policy) -> tuple:
         if job.allocated and job.start_time > edge:
             gpus = gpu_amount(len(job.gpu_ids), job.gpu_milli)
             rate[job.project] += gpus
-            running_bends.append((job.start_time + policy.window, job.project, -gpus))
+            if job.start_time + policy.window < before:
+                running_bends.append((job.start_time + policy.window, job.project, -gpus))
     running_bends.sort()
     window = state.window
     if window is not None:
@@ -454,21 +455,36 @@ def _lines(state: ClusterState, now: float, policy: Policy) -> tuple:
         if node.parent is not None:
             rate[node.parent.name] += rate[node.name]
             claimed[node.parent.name] += claimed[node.name]
-    # The first changes of slope to come, from both, in time order (taken when a line is first followed).
+    # The changes of slope to come before `before`, from both, in time order, at most `MAX_BENDS` of them, and
+    # where the lines stop being followed (taken when a line is first followed).
     bends: list[tuple[float, str, float]] = []
     stretches: dict[tuple[str, str], list] = {}
 
     def crossing(low, low_extra: float, high, high_extra: float = 0.0) -> float:
+        if not bends:
+            _take_bends()
+        if len(bends) == 1:
+            # No bend before the lines stop being followed: one straight piece (what `_stretches` would give).
+            closing = rate[high.name] / high.entitled - rate[low.name] / low.entitled
+            if closing > 0:
+                turns = now + (low.ratio_with(low_extra) - high.ratio_with(high_extra)) / closing + AFTER
+                if turns < bends[0][0]:
+                    return turns
+            return bends[0][0]
         key = (low.name, high.name)
         known = stretches.get(key)
         if known is None:
-            if not bends:
-                later = window.bends_after(now) if window is not None else iter(())
-                bends.extend(islice(heapq.merge(running_bends, later), MAX_BENDS + 1))
-                if len(bends) <= MAX_BENDS:
-                    bends.append((math.inf, "", 0.0))  # no more: the last slopes hold for ever
             known = stretches[key] = _stretches(low, high, rate, now, bends, tree)
         return lines_cross(low, low_extra, high, high_extra, known)
+
+    def _take_bends() -> None:
+        later = window.bends_after(now) if window is not None else iter(())
+        for bend in heapq.merge(running_bends, later):
+            if bend[0] >= before or len(bends) == MAX_BENDS:
+                bends.append((bend[0], "", 0.0))  # followed no further
+                return
+            bends.append(bend)
+        bends.append((math.inf, "", 0.0))  # no more: the last slopes hold for ever
 
     return tree, claimed, crossing
 
