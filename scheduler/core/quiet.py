@@ -409,7 +409,7 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
             for a in waiting:
                 for b in waiting:
                     if a is not b and a.ratio_with(claimed[a.name]) > b.ratio_with(claimed[b.name]):
-                        soonest = min(soonest, crossing(a, claimed[a.name], b, claimed[b.name]))
+                        soonest = min(soonest, crossing(a, claimed[a.name], b, claimed[b.name], strict=False))
     return soonest
 
 
@@ -460,14 +460,15 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
     bends: list[tuple[float, str, float]] = []
     stretches: dict[tuple[str, str], list] = {}
 
-    def crossing(low, low_extra: float, high, high_extra: float = 0.0) -> float:
+    def crossing(low, low_extra: float, high, high_extra: float = 0.0, strict: bool = True) -> float:
         if not bends:
             _take_bends()
         if len(bends) == 1:
             # No bend before the lines stop being followed: one straight piece (what `_stretches` would give).
             closing = rate[high.name] / high.entitled - rate[low.name] / low.entitled
             if closing > 0:
-                turns = now + (low.ratio_with(low_extra) - high.ratio_with(high_extra)) / closing + AFTER
+                meet = now + (low.ratio_with(low_extra) - high.ratio_with(high_extra)) / closing
+                turns = meet + AFTER if strict else max(meet - AFTER, now + AFTER)
                 if turns < bends[0][0]:
                     return turns
             return bends[0][0]
@@ -475,7 +476,7 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
         known = stretches.get(key)
         if known is None:
             known = stretches[key] = _stretches(low, high, rate, now, bends, tree)
-        return lines_cross(low, low_extra, high, high_extra, known)
+        return lines_cross(low, low_extra, high, high_extra, known, strict)
 
     def _take_bends() -> None:
         later = window.bends_after(now) if window is not None else iter(())
@@ -599,15 +600,20 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
     return {project: sorted(charges) for project, charges in found.items()}
 
 
-def lines_cross(low, low_extra: float, high, high_extra: float, stretches: list) -> float:
+def lines_cross(low, low_extra: float, high, high_extra: float, stretches: list, strict: bool = True) -> float:
     """When `low`'s ratio (charged `low_extra` more) first falls below `high`'s (charged `high_extra`), following
-    their lines piece by piece (`_stretches`); the end of the last piece known if not by then (inf: never)."""
+    their lines piece by piece (`_stretches`); the end of the last piece known if not by then (inf: never).
+
+    `strict`: what turns needs `low` strictly below (just after the lines meet); else it turns where they meet
+    (rule 4b stops letting a unit take from another there), and the moment named is just before (a tick at
+    a boundary the lines meet on must not be skipped for rounding)."""
     # (usage_low + extra + rate_low·t) / entitled_low < (usage_high + extra + rate_high·t) / entitled_high
     behind = low.ratio_with(low_extra) - high.ratio_with(high_extra)
     end = math.inf
     for start, end, fallen, closing in stretches:
         if closing > 0:
-            turns = start + (behind - fallen) / closing + AFTER
+            meet = start + (behind - fallen) / closing
+            turns = meet + AFTER if strict else max(meet - AFTER, stretches[0][0] + AFTER)
             if turns < end:
                 return turns
     return end
@@ -640,7 +646,7 @@ def _last_take(gainer_side, holder_side, charge: float, claimed: dict[str, float
     gainer_charge = charge + claimed[gainer_side.name]
     holder_charge = claimed[holder_side.name]
     if gainer_side.ratio_with(gainer_charge) < holder_side.ratio_with(holder_charge):
-        return crossing(holder_side, holder_charge, gainer_side, gainer_charge)
+        return crossing(holder_side, holder_charge, gainer_side, gainer_charge, strict=False)
     return math.inf
 
 

@@ -5,7 +5,7 @@ from dataclasses import replace
 
 import pytest
 
-from scheduler.core import DOWN, DRAINED, DRAINING, UP, Policy, schedule
+from scheduler.core import DOWN, DRAINED, DRAINING, UP, Policy, quiet, schedule
 from scheduler.core.window import WindowUsage
 from scheduler.sim.checks import check_result
 from scheduler.sim.engine import InitialRun, InitialState, Simulation, UsageInterval
@@ -184,6 +184,23 @@ class EveryWindow(Simulation):
     def _apply(self, decisions, when):
         super()._apply(decisions, when)
         self.state.window_jobs = set(self.state.running)
+
+
+# With a half-hour window runs slide out of it all the time, and the units' usage lines bend at every slide.
+# 555 diverged when the lines were first followed through the bends: there rule 4b stopped letting a unit take
+# from another where their lines met, on a tick boundary, and that moment was counted just after it.
+@pytest.mark.parametrize("seed", [555, 302, 305])
+def test_following_the_usage_lines_through_the_window_changes_nothing(seed, monkeypatch):
+    """`quiet_until` follows the ratio lines through the window's bends rather than naming the first bend as a
+    moment: the same run, event for event, as calling the core at every tick and as looking again at every
+    bend, with fewer calls than the latter."""
+    jobs = random_jobs(seed, 50, span=2 * HOUR)
+    followed = run(small_cluster(fast_lane_gpus=8, window=1800.0), UNITS, jobs)
+    every = EveryTick(small_cluster(fast_lane_gpus=8, window=1800.0), UNITS, jobs, decide=schedule).run()
+    monkeypatch.setattr(quiet, "MAX_BENDS", 0)  # the first bend is as far as a line is followed
+    at_each_bend = run(small_cluster(fast_lane_gpus=8, window=1800.0), UNITS, jobs)
+    assert followed.events == every.events == at_each_bend.events
+    assert followed.core_calls < at_each_bend.core_calls
 
 
 def test_only_the_windows_a_tick_read_wake_the_next():
