@@ -456,8 +456,12 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
             rate[node.parent.name] += rate[node.name]
             claimed[node.parent.name] += claimed[node.name]
     # The changes of slope to come before `before`, from both, in time order, at most `MAX_BENDS` of them, and
-    # where the lines stop being followed (taken when a line is first followed).
+    # where the lines stop being followed (taken when a line is first followed). While a reservation holds a
+    # job back, where it holds moves with more than the comparisons counted here (its sweep's order of
+    # leaving, its ties between hosts): the lines are followed only to their first bend, and a tick looks again
+    # there.
     bends: list[tuple[float, str, float]] = []
+    most = 0 if state.held_back else MAX_BENDS
     stretches: dict[tuple[str, str], list] = {}
 
     def crossing(low, low_extra: float, high, high_extra: float = 0.0, strict: bool = True) -> float:
@@ -481,7 +485,7 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
     def _take_bends() -> None:
         later = window.bends_after(now) if window is not None else iter(())
         for bend in heapq.merge(running_bends, later):
-            if bend[0] >= before or len(bends) == MAX_BENDS:
+            if bend[0] >= before or len(bends) == most:
                 bends.append((bend[0], "", 0.0))  # followed no further
                 return
             bends.append(bend)
