@@ -44,7 +44,9 @@ What can change a decision with time alone, each at a moment known now:
   has, until its end has too (`window.py`). Between those moments the
   comparison is a line, solved for when it turns; at each of them the lines
   of the units above that project bend, and are followed on (up to
-  `MAX_BENDS` of them: past the last, its moment is counted).
+  `MAX_BENDS` of them: past the last, its moment is counted; while a
+  reservation holds a job back, only to the first, as where it holds moves
+  with more than these comparisons).
 
 An unallocated job submitted while no GPUs it could use are free calls no
 tick either (`waits_on_arrival`): it can neither preempt nor reserve, so a
