@@ -470,18 +470,13 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
         if not bends:
             _take_bends()
         if len(bends) == 1:
-            # No bend before the lines stop being followed: one straight piece (what `_stretches` would give).
-            closing = rate[high.name] / high.entitled - rate[low.name] / low.entitled
-            if closing > 0:
-                meet = now + (low.ratio_with(low_extra) - high.ratio_with(high_extra)) / closing
-                turns = meet + AFTER if strict else max(meet - AFTER, now + AFTER)
-                if turns < bends[0][0]:
-                    return turns
-            return bends[0][0]
-        key = (low.name, high.name)
-        known = stretches.get(key)
-        if known is None:
-            known = stretches[key] = _stretches(low, high, rate, now, bends, tree)
+            # No bend before the lines stop being followed: one straight piece, as `_stretches` would give it.
+            known = [(now, bends[0][0], 0.0, rate[high.name] / high.entitled - rate[low.name] / low.entitled)]
+        else:
+            key = (low.name, high.name)
+            known = stretches.get(key)
+            if known is None:
+                known = stretches[key] = _stretches(low, high, rate, now, bends, tree)
         return lines_cross(low, low_extra, high, high_extra, known, strict)
 
     def _take_bends() -> None:

@@ -3,9 +3,9 @@
 A kept state (`state.py`) records every run that ends and asks for the usage
 at each tick; it costs what slides out of the window, not a re-summing of
 every run. The usage is piecewise linear in time between the moments a run's
-start or end leaves the window (`next_change`, and every one to come in
-order: `bends_after`), with the slope `rate` — what the kept state needs to
-tell when a fair-share comparison can next turn.
+start or end leaves the window (every one to come in order: `bends_after`),
+with the slope `rate` — what the kept state needs to tell when a fair-share
+comparison can next turn.
 """
 
 from __future__ import annotations
@@ -94,7 +94,3 @@ class WindowUsage:
         for index in range(bisect_right(bends, (now, math.inf), lo=self._head), len(bends)):
             when, _, project, change = bends[index]
             yield when, project, change
-
-    def next_change(self) -> float:
-        """When the slope of some project's usage changes next (a run's start or end leaves the window)."""
-        return self._crossings[0][0] if self._crossings else math.inf
