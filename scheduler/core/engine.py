@@ -160,6 +160,7 @@ def _decide(state: ClusterState, now: float, policy: Policy, commit: bool) -> De
         state.passed_over = bool(cycle.victims.passed_over) or cycle.leave_times.windowed
         state.window_jobs = cycle.victims.passed_over_jobs | cycle.leave_times.read_windows
         state.moves_read = cycle.moves_read
+        state.walk_charges = (tuple(cycle.charged_jobs), cycle.met)
     return decisions
 
 
@@ -216,6 +217,11 @@ class Cycle(BoundedSearch, Explanation):
                 for node in tree.nodes[job.project].path:
                     node.usage += self._charge(job)
         self.earmark_drops: list[EarmarkDrop] = list(earmark_drops)
+        # The jobs the allocated walk charged their units for (rule 2), in order, and for each project it met, how
+        # many of those charges had been made when it met the project's first and last job (`quiet.py`: what a
+        # project's jobs were compared on).
+        self.charged_jobs: list[str] = []
+        self.met: dict[str, tuple[int, int]] = {}
         # Rule 5 is tried for the first jobs that can't start, at most max_reservations of them.
         self.reservation_attempts = 0
         self.defrag_budget = migrations_left(recent_defrag_migrations, now, policy)
@@ -243,6 +249,7 @@ class Cycle(BoundedSearch, Explanation):
     def allocated_jobs(self, queues: dict[str, list[PendingJob]]) -> None:
         walk = FairShareWalk(self.tree, queues, allocated=True)
         known_to_wait = self._known_to_wait
+        charged_jobs, met = self.charged_jobs, self.met
         while True:
             # Only a decision can leave nothing to do, so this is checked after each.
             if self._stuck():
@@ -256,12 +263,16 @@ class Cycle(BoundedSearch, Explanation):
                 if job is None:
                     return
                 self.order.append(job)
+                charges = len(charged_jobs)
+                first = met.get(job.project)
+                met[job.project] = (charges, charges) if first is None else (first[0], charges)
                 if not known_to_wait(job):
                     break
                 self._pass_known(walk)
             self.owed.discard(job.id)
             charge = self._charge(job)
             if self._allocated_job(job, charge) and job.id not in self.precharged:
+                charged_jobs.append(job.id)
                 walk.charge(charge)
                 self.victims.ratios_changed()
                 self._charged()

@@ -36,6 +36,11 @@ def gpu_amount(gpus: int, milli: int) -> float:
     return float(gpus)
 
 
+def charge_of(job: PendingJob) -> float:
+    """Rule 2: what starting (or preempting for) a pending job adds to its units' usage for the rest of the tick."""
+    return gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+
+
 @dataclass(eq=False)
 class UnitNode:
     """A unit of the org tree with its entitlement and working usage."""

@@ -403,6 +403,15 @@ class Victims:
             return None
         return search.plan(scope)
 
+    def could_reach(self, req: JobRequest, gainer: UnitNode, charge: float) -> bool:
+        """Could any search for this job find victims, whatever scope and clause of rule 4b it keeps to? False
+        only where the upper bound `find` starts with (`_Outlook.reachable`) holds for none of the blocks a job
+        of `gainer` charging `charge` may take from; a fraction or a job holding a claim skip that bound."""
+        if req.shared or req.earmarked:
+            return True
+        _, outlook = self._outlook(gainer, charge, None, whole_domain=True)
+        return outlook.reachable(req, self._pools(req), self._free_version)
+
     def after(self, req: JobRequest, leaving: list[RunningJob], host_ok: HostFilter) -> VictimPlan | None:
         """Where a job will start once the jobs preempted for it have left (None: it no longer fits)."""
         search = self._search(req, host_ok)
@@ -414,7 +423,10 @@ class Victims:
         return None if scope is None else search.plan(scope, prune=False)
 
     def _search(self, req: JobRequest, host_ok: HostFilter) -> _Search:
-        return _Search(req, self.capacity, {p for lane in pools_for(req, self.capacity) for p in lane}, host_ok)
+        return _Search(req, self.capacity, self._pools(req), host_ok)
+
+    def _pools(self, req: JobRequest) -> set[Pool]:
+        return {p for lane in pools_for(req, self.capacity) for p in lane}
 
     def _sides_of(self, gainer: UnitNode) -> dict[int, tuple[UnitNode, UnitNode]]:
         """Id of each allocated block the gainer is compared with -> the two sides at their common ancestor

@@ -75,7 +75,10 @@ is the other way round: a unit charged only for jobs it started is less
 served at the next tick than when the walk compared, so no one may take more
 from it; a unit charged for a claim is charged from the next tick's start,
 before the jobs the walk met ahead of its claimant, who may then take from
-it. If a reservation
+it. Only a unit whose jobs the walk compared after such a charge (or before
+such a claim's) compares otherwise (`Cycle.met`), and only if one of its jobs
+could find victims at all where it may take then (`Victims.could_reach`) does
+that call a tick. If a reservation
 held a job back in that tick (a job holding a claim too, kept from free GPUs
 elsewhere), the next tick is called whatever the comparisons say: where a
 reservation can hold rests on who may take from whom, so it may hold nowhere
@@ -100,12 +103,13 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_right
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from operator import itemgetter
 
 from .capacity import Capacity
 from .defrag import free_for, migrations_left, movable, next_order_turn
-from .fairshare import gpu_amount, sides_at_common_ancestor
+from .fairshare import charge_of, gpu_amount, sides_at_common_ancestor
 from .model import (
     DRAINING,
     RUNNING,
@@ -119,6 +123,7 @@ from .model import (
     whole_gpus_asked,
 )
 from .placement import JobRequest, find_placement, lanes, needs_whole_domain
+from .preemption import Victims
 from .reservation import grace_for, grace_period_for
 from .search import any_host
 from .state import ClusterState
@@ -147,8 +152,8 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     # next tick the first charges are gone, and the second come at the start of the tick, not where the walk
     # met the job; their units may compare otherwise than the tick saw them.
     started = set()
-    # Of them, the projects charged for claims: those charges are made again at the next tick's start.
-    claiming = set()
+    # Those jobs -> their projects.
+    charged: dict[str, str] = {}
     for job_id in [s.job_id for s in last.starts] + [p.preemptor for p in last.preemptions if p.preemptor] \
             if last is not None else ():
         job = state.running.get(job_id) or state.pending.get(job_id)
@@ -156,8 +161,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             continue
         if job.allocated:
             started.add(job.project)
-            if job.id in state.claimants:
-                claiming.add(job.project)
+            charged[job_id] = job.project
     draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
     soonest = math.inf
     losers: set[str] = set()
@@ -235,7 +239,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         lines = _lines(state, now, policy, soonest)
         charges = state.pending_charges()
         if turns:
-            soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, started, claiming, holders))
+            soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, charged, holders))
         if protected:
             soonest = _protection_turns(state, now, policy, protected, lines, charges, soonest)
     return soonest
@@ -367,7 +371,7 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
 
 
 def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], lines: tuple,
-           charges_of: dict[str, list[float]], started: set[str], claiming: set[str], holders: set[str]) -> float:
+           charges_of: dict[str, list[float]], charged: dict[str, str], holders: set[str]) -> float:
     """When the fair-share comparisons the next tick makes could first come out otherwise.
 
     Rule 4b (`may_take_from`): a waiting unit may take from a unit holding jobs past their protection once,
@@ -377,21 +381,21 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
     (`holders`), as never leaving for it, and may hold hosts elsewhere, or nowhere).
     """
     tree, claimed, crossing = lines
-    # Which units this tick's starts and claims charged.
-    charged = {node.name for project in started for node in tree.nodes[project].path}
-    charged_for_claims = {node.name for project in claiming for node in tree.nodes[project].path}
+    seen = _charges_unseen(state, tree, charged)
+    reach = _reach(state, now, policy, tree, claimed)
     soonest = math.inf
     large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
     for gainer, charges, gainer_side, loser_side in _compared(tree, charges_of, losers):
-        soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged,
-                                           charged_for_claims, now, crossing))
+        charged_then, claimed_since = seen(gainer)
+        soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged_then,
+                                           claimed_since, now, crossing, reach, gainer))
         if large is None:
             large = _large_charges(state, policy)
         # Rule 4b's second clause (`may_take_on_own_path`): a job that needs a whole NVLink domain may take
         # from the loser once a unit on its own path below its side is less served than the loser's side.
         for node in _own_path(tree, gainer, gainer_side) if gainer in large else ():
-            soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged,
-                                               charged_for_claims, now, crossing))
+            soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged_then,
+                                               claimed_since, now, crossing, reach, gainer))
         if soonest <= now + AFTER:
             return soonest
     if state.held_back:
@@ -413,6 +417,95 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
                     if a is not b and a.ratio_with(claimed[a.name]) > b.ratio_with(claimed[b.name]):
                         soonest = min(soonest, crossing(a, claimed[a.name], b, claimed[b.name], strict=False))
     return soonest
+
+
+def _charges_unseen(state: ClusterState, tree, charged: dict[str, str]) -> Callable[[str], tuple[set, set]]:
+    """For a waiting project, how the next tick's comparisons may differ from those the tick made for its jobs:
+    (the units charged for a start or a claim when the tick compared any of them, which the next tick charges
+    no more, or only at its start; the units charged for a claim only after the tick compared one of them, which
+    the next tick charges from its start). `charged`: the allocated jobs the tick started or preempted for, and
+    their projects (none: no tick, nothing charged).
+
+    The walk met each project's jobs between two of its charges (`Cycle.met`); a job holding a claim when the
+    tick began was charged from its start (`precharged`), and if it started, the next tick charges it no more.
+    """
+    if not charged:
+        return lambda gainer: (set(), set())
+    log, met = state.walk_charges
+    logged = set(log)
+    paths = {project: [node.name for node in tree.nodes[project].path] for project in set(charged.values())}
+
+    def project_of(job_id: str) -> str | None:
+        job = state.running.get(job_id) or state.pending.get(job_id)
+        return None if job is None or job.project not in tree.nodes else job.project
+
+    projects = [project_of(job_id) for job_id in log]
+    for project in projects:
+        if project is not None and project not in paths:
+            paths[project] = [node.name for node in tree.nodes[project].path]
+    claims = [job_id in state.claimants for job_id in log]
+    upfront = {name for job_id, project in charged.items() if job_id not in logged for name in paths[project]}
+    known: dict[str, tuple[set, set]] = {}
+
+    def seen(gainer: str) -> tuple[set, set]:
+        found = known.get(gainer)
+        if found is None:
+            first, last = met.get(gainer, (0, len(log)))
+            then = set(upfront)
+            for project in projects[:last]:
+                if project is not None:
+                    then.update(paths[project])
+            since = set()
+            for project, claim in zip(projects[first:], claims[first:], strict=True):
+                if claim and project is not None:
+                    since.update(paths[project])
+            found = known[gainer] = (then, since)
+        return found
+
+    return seen
+
+
+def _reach(state: ClusterState, now: float, policy: Policy, tree, claimed: dict[str, float]
+           ) -> Callable[[str, float], bool]:
+    """Could a waiting job of a project, charging a given amount, find victims at the next tick at all, were it
+    allowed to take from every unit it may take from then? (`Victims.could_reach`: an upper bound.) The next
+    tick's comparisons charge the jobs holding claims up front (`claimed`), as `Cycle` does; its free GPUs and
+    candidates are at most these (the GPUs held for claims count as free here, no job is leaving yet)."""
+    victims: Victims | None = None
+    known: dict[tuple[str, float], bool] = {}
+
+    def could(project: str, charge: float) -> bool:
+        nonlocal victims
+        found = known.get((project, charge))
+        if found is None:
+            if victims is None:
+                victims = Victims(state.running_in_order(), tree, state.capacity, set(), now, policy,
+                                  state.run_ends(policy))
+            # One job per class stands for all alike (`model.alike`: what it asks, its project, its charge).
+            requests = {state.classes[job.id]: job for job in state.queues[True].get(project, ())
+                        if job.id not in state.claimants and charge_of(job) == charge}
+            with _charged_up_front(tree, claimed):
+                found = any(victims.could_reach(JobRequest.of(job, policy), tree.nodes[project], charge)
+                            for job in requests.values())
+            known[(project, charge)] = found
+        return found
+
+    return could
+
+
+@contextmanager
+def _charged_up_front(tree, claimed: dict[str, float]) -> Iterator[None]:
+    """The tree's units charged for the jobs holding claims, as a tick charges them at its start (`Cycle`), and
+    their usage as it was afterwards, bit for bit."""
+    usage = {name: node.usage for name, node in tree.nodes.items()}
+    for name, extra in claimed.items():
+        if extra:
+            tree.nodes[name].usage += extra
+    try:
+        yield
+    finally:
+        for name, node in tree.nodes.items():
+            node.usage = usage[name]
 
 
 def _compared(tree, charges_of: dict[str, list[float]], others: set[str]) -> Iterator[tuple]:
@@ -452,7 +545,7 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
     claimed = dict.fromkeys(tree.nodes, 0.0)
     for job in state.claimants.values():
         if job.allocated:
-            claimed[job.project] += gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+            claimed[job.project] += charge_of(job)
     for node in reversed(list(tree.top_down())):
         if node.parent is not None:
             rate[node.parent.name] += rate[node.name]
@@ -597,7 +690,7 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
             if large is None:
                 large = whole[key] = needs_whole_domain(JobRequest.of(job, policy), capacity)
             if large:
-                found.setdefault(project, set()).add(gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime)
+                found.setdefault(project, set()).add(charge_of(job))
     return {project: sorted(charges) for project, charges in found.items()}
 
 
@@ -621,10 +714,13 @@ def lines_cross(low, low_extra: float, high, high_extra: float, stretches: list,
 
 
 def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float], charged: set[str],
-                charged_for_claims: set[str], now: float, crossing) -> float:
+                charged_for_claims: set[str], now: float, crossing, reach: Callable[[str, float], bool],
+                gainer: str) -> float:
     """When one of the gainer's waiting jobs (each charging its own amount) first may take from the loser.
 
-    `charged`: the units the tick charged (for starts and claims); `charged_for_claims`: those charged for claims.
+    `charged`: the units charged when the tick compared the gainer's jobs, which the next tick charges no more
+    or only at its start; `charged_for_claims`: those charged for claims after it compared one
+    (`_charges_unseen`). `reach`: could the gainer's jobs charging an amount find victims at all then (`_reach`)?
 
     `charges` are smallest first, and the gainer's ratio and the moment its line crosses the loser's only grow
     with the charge: the jobs that may take now come first, and the first charge after them turns soonest.
@@ -634,7 +730,7 @@ def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str
         # Jobs holding claims are charged at the start of every tick (engine.py, `precharged`).
         gainer_charge = charge + claimed[gainer_side.name]
         if gainer_side.ratio_with(gainer_charge) < loser_side.ratio_with(loser_charge):
-            if gainer_side.name in charged or loser_side.name in charged_for_claims:
+            if (gainer_side.name in charged or loser_side.name in charged_for_claims) and reach(gainer, charge):
                 return now + AFTER  # the tick's charges may have kept it from taking: look again
             continue  # it may, and the tick just now looked with these ratios
         return crossing(gainer_side, gainer_charge, loser_side, loser_charge)

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from . import reasons
 from .capacity import Capacity, HostState
-from .fairshare import gpu_amount
+from .fairshare import charge_of
 from .model import DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, backed_off_until
 from .placement import (
     HostFilter,
@@ -340,7 +340,7 @@ class BoundedSearch:
     @staticmethod
     def _charge(job: PendingJob) -> float:
         """Rule 2: what starting (or preempting for) a job adds to its units' usage this tick."""
-        return gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+        return charge_of(job)
 
     def _waiting(self, job: PendingJob, kind: tuple | None = None, access: Access | None = None) -> Wait:
         """The shared `Wait` of jobs that wait for room like this one."""

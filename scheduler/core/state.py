@@ -41,7 +41,7 @@ from dataclasses import replace
 
 from .capacity import Capacity
 from .defrag import defragments_for
-from .fairshare import UnitTree, gpu_amount
+from .fairshare import UnitTree, charge_of
 from .lifecycle import Cause
 from .model import (
     PREEMPTING,
@@ -141,6 +141,9 @@ class ClusterState:
         # Domain -> the jobs the last tick's defragmentation plans took there before the waiting job fitted
         # (`defrag.plan_defrag`'s `read`; `quiet.py`).
         self.moves_read: dict[str, set[str]] = {}
+        # The jobs the last tick's allocated walk charged for, in order, and project -> how many of those charges
+        # it had made when it met the project's first and last job (`Cycle.met`; `quiet.py`).
+        self.walk_charges: tuple[tuple[str, ...], dict[str, tuple[int, int]]] = ((), {})
         self._mig_demand: Counter[tuple[str, frozenset[str]]] = Counter()
         # What the pending allocated jobs that defragmentation is tried for ask (`defrag.defragments_for`: GPUs,
         # minimum runtime, GPU types) -> [how many, one of them] (`defrag_asks`).
@@ -461,7 +464,7 @@ class ClusterState:
         elif defragments_for(job):
             self._defrag_asks.setdefault(_defrag_ask(job), [0, job])[0] += 1
         if allocated and job.gpus and not job.earmarked_gpus:
-            self._charges.setdefault(job.project, Counter())[gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime] += 1
+            self._charges.setdefault(job.project, Counter())[charge_of(job)] += 1
         if allocated and not job.earmarked_gpus:
             asked = self._asks.setdefault(job.project, {}).setdefault(_ask(job), [0, job])
             asked[0] += 1
@@ -501,7 +504,7 @@ class ClusterState:
                 del self._defrag_asks[key]
         if allocated and job.gpus and not job.earmarked_gpus:
             charges = self._charges[job.project]
-            charge = gpu_amount(job.gpus, job.gpu_milli) * job.min_runtime
+            charge = charge_of(job)
             charges[charge] -= 1
             if charges[charge] <= 0:
                 del charges[charge]
