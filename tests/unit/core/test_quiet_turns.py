@@ -22,14 +22,14 @@ positive = st.floats(1.0, 1e9, allow_nan=False, allow_infinity=False)
 amount = st.floats(0.0, 1e9, allow_nan=False, allow_infinity=False)
 
 
-def _every_charge(gainer, loser, charges, claimed, charged, charged_for_claims, now, crossing) -> float:
+def _every_charge(gainer, loser, charges, claimed, charged, charged_for_claims, now, crossing, reach) -> float:
     """The minimum over every charge (what `_first_turn` stood for before it stopped early)."""
     soonest = math.inf
     loser_charge = claimed[loser.name]
     for charge in charges:
         gainer_charge = charge + claimed[gainer.name]
         if gainer.ratio_with(gainer_charge) < loser.ratio_with(loser_charge):
-            if gainer.name in charged or loser.name in charged_for_claims:
+            if (gainer.name in charged or loser.name in charged_for_claims) and reach(gainer.name, charge):
                 return now + AFTER
             continue
         soonest = min(soonest, crossing(gainer, gainer_charge, loser, loser_charge))
@@ -40,9 +40,9 @@ def _every_charge(gainer, loser, charges, claimed, charged, charged_for_claims, 
 @given(usage=st.tuples(amount, amount), entitled=st.tuples(positive, positive), rate=st.tuples(amount, amount),
        claimed=st.tuples(amount, amount), charges=st.lists(amount, max_size=12, unique=True),
        segment=st.floats(1.0, 1e7), charged=st.sampled_from([(), ("g",), ("l",), ("g", "l")]),
-       for_claims=st.sampled_from([(), ("g",), ("l",)]))
+       for_claims=st.sampled_from([(), ("g",), ("l",)]), reachable=st.sets(amount))
 def test_the_first_charge_that_cannot_take_turns_soonest(usage, entitled, rate, claimed, charges, segment,
-                                                          charged, for_claims) -> None:
+                                                          charged, for_claims, reachable) -> None:
     gainer = UnitNode("g", 10.0, None, usage=usage[0], entitled=entitled[0])
     loser = UnitNode("l", 10.0, None, usage=usage[1], entitled=entitled[1])
     rates = {"g": rate[0], "l": rate[1]}
@@ -56,8 +56,14 @@ def test_the_first_charge_that_cannot_take_turns_soonest(usage, entitled, rate, 
     ordered = sorted(charges)
     # A unit charged for a claim was charged (`charged` holds every unit the tick charged).
     charged = set(charged) | set(for_claims)
-    assert _first_turn(gainer, loser, ordered, claims, charged, set(for_claims), NOW, crossing) == \
-        _every_charge(gainer, loser, ordered, claims, charged, set(for_claims), NOW, crossing)
+    # Whether jobs charging an amount could find victims at all (`quiet._reach`): some charges could, some not.
+    reachable = reachable | set(charges[::2])
+
+    def reach(project, charge):
+        return charge in reachable
+
+    assert _first_turn(gainer, loser, ordered, claims, charged, set(for_claims), NOW, crossing, reach, "g") == \
+        _every_charge(gainer, loser, ordered, claims, charged, set(for_claims), NOW, crossing, reach)
 
 
 # Two sides under a root, each with two projects: a bend of a project moves the line of the side above it.
