@@ -3,7 +3,9 @@
 The charges come smallest first; the gainer's ratio, charged more, only grows, and so does the moment its
 line crosses the loser's. A job that may take now is followed by larger ones that may not, never the other
 way round, so the first charge that may not take is the one that turns soonest. Checked here against the
-minimum over every charge, in floating point, on random usages, entitlements, rates and charges.
+minimum over every charge, in floating point, on random usages, entitlements, rates and charges. And which of
+the tick's charges a project's jobs were compared under (`_charges_unseen`): those alone may make the next tick
+compare otherwise.
 """
 
 from __future__ import annotations
@@ -14,10 +16,16 @@ from types import SimpleNamespace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.core import Policy
+from scheduler.core.engine import decide
 from scheduler.core.fairshare import UnitNode
-from scheduler.core.quiet import AFTER, _first_turn, _stretches, lines_cross
+from scheduler.core.quiet import AFTER, _charges_unseen, _first_turn, _stretches, lines_cross
+from scheduler.core.state import ClusterState
+
+from .builders import DAY, hgx, pending, snapshot, topology, units
 
 NOW = 1_000_000.0
+POLICY = Policy(tick=5, grace_period=60, unallocated_grace=10)
 positive = st.floats(1.0, 1e9, allow_nan=False, allow_infinity=False)
 amount = st.floats(0.0, 1e9, allow_nan=False, allow_infinity=False)
 
@@ -129,3 +137,22 @@ def test_the_lines_are_followed_through_their_bends(usage, entitled, rate, extra
         pass  # the last bend known: counted, whatever comes after
     else:
         assert behind(turns + AFTER) < 1e-6 * scale  # below (up to rounding) just after the moment named
+
+
+def test_a_unit_looks_again_only_for_charges_its_jobs_were_compared_under() -> None:
+    """After a tick that started jobs, their charges are gone at the next tick: only a project whose jobs the walk
+    compared while a unit on its path was charged may compare otherwise then (`Cycle.met`, `_charges_unseen`).
+    Here x's first job starts (x is charged), then y's (y is), then x's second job is compared under both
+    charges; y's job was compared under x's charge only."""
+    org = units(("P", None, 100), ("x", "P", 50), ("y", "P", 50))
+    jobs = [pending("x1", "x", 2, submit_time=0.0), pending("x2", "x", 8, submit_time=1.0),
+            pending("y1", "y", 2, submit_time=0.0)]
+    state = ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00")), org, pending_jobs=jobs))
+    decided = decide(state, now=DAY, policy=POLICY)
+    assert sorted(s.job_id for s in decided.starts) == ["x1", "y1"]
+    assert state.walk_charges == (("x1", "y1"), {"x": (0, 2), "y": (1, 1)})
+    seen = _charges_unseen(state, state.usage_tree(DAY, POLICY.window), {"x1": "x", "y1": "y"})
+    assert seen("x") == ({"P", "x", "y"}, set())
+    assert seen("y") == ({"P", "x"}, set())
+    # With no tick just before, nothing was charged.
+    assert _charges_unseen(state, state.usage_tree(DAY, POLICY.window), {})("x") == (set(), set())
