@@ -386,16 +386,15 @@ def _turns(state: ClusterState, now: float, policy: Policy, losers: set[str], li
     soonest = math.inf
     large: dict[str, list[float]] | None = None  # walked over the queue only once a pair is compared
     for gainer, charges, gainer_side, loser_side in _compared(tree, charges_of, losers):
-        charged_then, claimed_since = seen(gainer)
-        soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, charged_then,
-                                           claimed_since, now, crossing, reach, gainer))
+        soonest = min(soonest, _first_turn(gainer_side, loser_side, charges, claimed, seen, reach, gainer, now,
+                                           crossing))
         if large is None:
             large = _large_charges(state, policy)
         # Rule 4b's second clause (`may_take_on_own_path`): a job that needs a whole NVLink domain may take
         # from the loser once a unit on its own path below its side is less served than the loser's side.
         for node in _own_path(tree, gainer, gainer_side) if gainer in large else ():
-            soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, charged_then,
-                                               claimed_since, now, crossing, reach, gainer))
+            soonest = min(soonest, _first_turn(node, loser_side, large[gainer], claimed, seen, reach, gainer, now,
+                                               crossing))
         if soonest <= now + AFTER:
             return soonest
     if state.held_back:
@@ -432,24 +431,33 @@ def _charges_unseen(state: ClusterState, tree, charged: dict[str, str]) -> Calla
     if not charged:
         return lambda gainer: (set(), set())
     log, met = state.walk_charges
-    logged = set(log)
-    paths = {project: [node.name for node in tree.nodes[project].path] for project in set(charged.values())}
+    known: dict[str, tuple[set, set]] = {}
+    # Worked out when a pair is first compared under the charges (most never are).
+    projects: list[str | None] = []
+    claims: list[bool] = []
+    paths: dict[str, list[str]] = {}
+    upfront: set[str] = set()
 
     def project_of(job_id: str) -> str | None:
         job = state.running.get(job_id) or state.pending.get(job_id)
         return None if job is None or job.project not in tree.nodes else job.project
 
-    projects = [project_of(job_id) for job_id in log]
-    for project in projects:
-        if project is not None and project not in paths:
+    def learn() -> None:
+        for project in set(charged.values()):
             paths[project] = [node.name for node in tree.nodes[project].path]
-    claims = [job_id in state.claimants for job_id in log]
-    upfront = {name for job_id, project in charged.items() if job_id not in logged for name in paths[project]}
-    known: dict[str, tuple[set, set]] = {}
+        projects.extend(project_of(job_id) for job_id in log)
+        for project in projects:
+            if project is not None and project not in paths:
+                paths[project] = [node.name for node in tree.nodes[project].path]
+        claims.extend(job_id in state.claimants for job_id in log)
+        logged = set(log)
+        upfront.update(name for job_id, project in charged.items() if job_id not in logged for name in paths[project])
 
     def seen(gainer: str) -> tuple[set, set]:
         found = known.get(gainer)
         if found is None:
+            if not paths:
+                learn()
             first, last = met.get(gainer, (0, len(log)))
             then = set(upfront)
             for project in projects[:last]:
@@ -510,12 +518,16 @@ def _charged_up_front(tree, claimed: dict[str, float]) -> Iterator[None]:
 
 def _compared(tree, charges_of: dict[str, list[float]], others: set[str]) -> Iterator[tuple]:
     """(Gainer project, its charges, its side, the other's side) for each waiting project and each of `others`
-    that rule 4b compares at their common ancestor (both sides entitled), in a stable order."""
+    that rule 4b compares at their common ancestor (both sides entitled), in a stable order; each pair of sides
+    once per gainer (what the callers count depends on nothing else: projects under the same side compare alike)."""
     ordered = sorted(others)
     for gainer, charges in sorted(charges_of.items()):
+        node = tree.nodes[gainer]
+        compared = set()
         for other in ordered:
-            sides = sides_at_common_ancestor(tree.nodes[gainer], tree.nodes[other])
-            if sides is not None and sides[0].entitled > 0 and sides[1].entitled > 0:
+            sides = sides_at_common_ancestor(node, tree.nodes[other])
+            if sides is not None and sides[1] not in compared and sides[0].entitled > 0 and sides[1].entitled > 0:
+                compared.add(sides[1])
                 yield gainer, charges, sides[0], sides[1]
 
 
@@ -558,8 +570,17 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
     bends: list[tuple[float, str, float]] = []
     most = 0 if state.held_back else MAX_BENDS
     stretches: dict[tuple[str, str], list] = {}
+    # Pairs of units compared alike for many pairs of projects under them ask the same again.
+    known: dict[tuple, float] = {}
 
     def crossing(low, low_extra: float, high, high_extra: float = 0.0, strict: bool = True) -> float:
+        key = (low.name, low_extra, high.name, high_extra, strict)
+        found = known.get(key)
+        if found is None:
+            found = known[key] = _crossing(low, low_extra, high, high_extra, strict)
+        return found
+
+    def _crossing(low, low_extra: float, high, high_extra: float, strict: bool) -> float:
         if not bends:
             _take_bends()
         if len(bends) == 1:
@@ -713,14 +734,14 @@ def lines_cross(low, low_extra: float, high, high_extra: float, stretches: list,
     return end
 
 
-def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float], charged: set[str],
-                charged_for_claims: set[str], now: float, crossing, reach: Callable[[str, float], bool],
-                gainer: str) -> float:
+def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str, float],
+                seen: Callable[[str], tuple[set, set]], reach: Callable[[str, float], bool], gainer: str, now: float,
+                crossing) -> float:
     """When one of the gainer's waiting jobs (each charging its own amount) first may take from the loser.
 
-    `charged`: the units charged when the tick compared the gainer's jobs, which the next tick charges no more
-    or only at its start; `charged_for_claims`: those charged for claims after it compared one
-    (`_charges_unseen`). `reach`: could the gainer's jobs charging an amount find victims at all then (`_reach`)?
+    `seen(gainer)`: (the units charged when the tick compared the gainer's jobs, which the next tick charges no
+    more or only at its start; those charged for claims after it compared one) (`_charges_unseen`). `reach`:
+    could the gainer's jobs charging an amount find victims at all then (`_reach`)?
 
     `charges` are smallest first, and the gainer's ratio and the moment its line crosses the loser's only grow
     with the charge: the jobs that may take now come first, and the first charge after them turns soonest.
@@ -730,6 +751,7 @@ def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str
         # Jobs holding claims are charged at the start of every tick (engine.py, `precharged`).
         gainer_charge = charge + claimed[gainer_side.name]
         if gainer_side.ratio_with(gainer_charge) < loser_side.ratio_with(loser_charge):
+            charged, charged_for_claims = seen(gainer)
             if (gainer_side.name in charged or loser_side.name in charged_for_claims) and reach(gainer, charge):
                 return now + AFTER  # the tick's charges may have kept it from taking: look again
             continue  # it may, and the tick just now looked with these ratios

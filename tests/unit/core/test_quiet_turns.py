@@ -70,7 +70,10 @@ def test_the_first_charge_that_cannot_take_turns_soonest(usage, entitled, rate, 
     def reach(project, charge):
         return charge in reachable
 
-    assert _first_turn(gainer, loser, ordered, claims, charged, set(for_claims), NOW, crossing, reach, "g") == \
+    def seen(project):
+        return charged, set(for_claims)
+
+    assert _first_turn(gainer, loser, ordered, claims, seen, reach, "g", NOW, crossing) == \
         _every_charge(gainer, loser, ordered, claims, charged, set(for_claims), NOW, crossing, reach)
 
 
