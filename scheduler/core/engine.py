@@ -28,7 +28,7 @@ from .defrag import DefragPlan, defragments_for, migrations_left, plan_defrag
 from .drains import drain_progress, jobs_leaving
 from .earmarks import check_claims
 from .explain import Explanation
-from .fairshare import FairShareWalk, UnitNode, UnitTree, gpu_amount, sides_at_common_ancestor
+from .fairshare import FairShareWalk, UnitNode, UnitTree, charge_of, gpu_amount, sides_at_common_ancestor
 from .lifecycle import Cause, StopCause
 from .model import (
     PREEMPTING,
@@ -215,7 +215,7 @@ class Cycle(BoundedSearch, Explanation):
             if job.allocated:
                 self.precharged.add(job_id)
                 for node in tree.nodes[job.project].path:
-                    node.usage += self._charge(job)
+                    node.usage += charge_of(job)
         self.earmark_drops: list[EarmarkDrop] = list(earmark_drops)
         # The jobs the allocated walk charged their units for (rule 2), in order, and for each project it met, how
         # many of those charges had been made when it met the project's first and last job (`quiet.py`: what a
@@ -270,7 +270,7 @@ class Cycle(BoundedSearch, Explanation):
                     break
                 self._pass_known(walk)
             self.owed.discard(job.id)
-            charge = self._charge(job)
+            charge = charge_of(job)
             if self._allocated_job(job, charge) and job.id not in self.precharged:
                 charged_jobs.append(job.id)
                 walk.charge(charge)

@@ -148,11 +148,9 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     if last is not None and last.reservations and any(p.preemptor for p in last.preemptions):
         # A job preempted for on the hosts a reservation left it: the next tick plans its claim anew on any host.
         return now + AFTER
-    # Projects the tick charged for allocated jobs it started, or for jobs that claimed GPUs (rule 2): at the
-    # next tick the first charges are gone, and the second come at the start of the tick, not where the walk
-    # met the job; their units may compare otherwise than the tick saw them.
-    started = set()
-    # Those jobs -> their projects.
+    # The allocated jobs the tick started or preempted for, and their projects: it charged their units (rule 2).
+    # At the next tick the first charges are gone, and the claims' come at the start of the tick, not where the
+    # walk met the job; their units may compare otherwise than the tick saw them.
     charged: dict[str, str] = {}
     for job_id in [s.job_id for s in last.starts] + [p.preemptor for p in last.preemptions if p.preemptor] \
             if last is not None else ():
@@ -160,7 +158,6 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         if job is None:
             continue
         if job.allocated:
-            started.add(job.project)
             charged[job_id] = job.project
     draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
     soonest = math.inf
@@ -225,7 +222,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
             soonest = min(soonest, refill)
-    if fair_share and waiting and started and state.held_back:
+    if fair_share and waiting and charged and state.held_back:
         # The tick charged units for the jobs it started or that claimed GPUs where the walk met them; the next
         # tick charges claims at its start. A reservation rests on who may take from whom (rule 4b), so where it
         # holds hosts, if anywhere, may differ then: look again.
@@ -431,42 +428,21 @@ def _charges_unseen(state: ClusterState, tree, charged: dict[str, str]) -> Calla
     if not charged:
         return lambda gainer: (set(), set())
     log, met = state.walk_charges
+    nodes = tree.nodes
     known: dict[str, tuple[set, set]] = {}
-    # Worked out when a pair is first compared under the charges (most never are).
-    projects: list[str | None] = []
-    claims: list[bool] = []
-    paths: dict[str, list[str]] = {}
-    upfront: set[str] = set()
 
-    def project_of(job_id: str) -> str | None:
+    def path(job_id: str) -> tuple:
+        """The units charged for a job of the log (none once it is gone)."""
         job = state.running.get(job_id) or state.pending.get(job_id)
-        return None if job is None or job.project not in tree.nodes else job.project
-
-    def learn() -> None:
-        for project in set(charged.values()):
-            paths[project] = [node.name for node in tree.nodes[project].path]
-        projects.extend(project_of(job_id) for job_id in log)
-        for project in projects:
-            if project is not None and project not in paths:
-                paths[project] = [node.name for node in tree.nodes[project].path]
-        claims.extend(job_id in state.claimants for job_id in log)
-        logged = set(log)
-        upfront.update(name for job_id, project in charged.items() if job_id not in logged for name in paths[project])
+        return nodes[job.project].path if job is not None and job.project in nodes else ()
 
     def seen(gainer: str) -> tuple[set, set]:
         found = known.get(gainer)
         if found is None:
-            if not paths:
-                learn()
             first, last = met.get(gainer, (0, len(log)))
-            then = set(upfront)
-            for project in projects[:last]:
-                if project is not None:
-                    then.update(paths[project])
-            since = set()
-            for project, claim in zip(projects[first:], claims[first:], strict=True):
-                if claim and project is not None:
-                    since.update(paths[project])
+            then = {node for job_id, project in charged.items() if job_id not in log for node in nodes[project].path}
+            then.update(node for job_id in log[:last] for node in path(job_id))
+            since = {node for job_id in log[first:] if job_id in state.claimants for node in path(job_id)}
             found = known[gainer] = (then, since)
         return found
 
@@ -752,7 +728,7 @@ def _first_turn(gainer_side, loser_side, charges: list[float], claimed: dict[str
         gainer_charge = charge + claimed[gainer_side.name]
         if gainer_side.ratio_with(gainer_charge) < loser_side.ratio_with(loser_charge):
             charged, charged_for_claims = seen(gainer)
-            if (gainer_side.name in charged or loser_side.name in charged_for_claims) and reach(gainer, charge):
+            if (gainer_side in charged or loser_side in charged_for_claims) and reach(gainer, charge):
                 return now + AFTER  # the tick's charges may have kept it from taking: look again
             continue  # it may, and the tick just now looked with these ratios
         return crossing(gainer_side, gainer_charge, loser_side, loser_charge)

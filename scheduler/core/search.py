@@ -318,7 +318,7 @@ class BoundedSearch:
         """The last failed victim search of a job of its project and class, if it was no bigger and charged no
         more (`_no_victims`)."""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
-        return failed if failed is not None and job.gpus >= failed.gpus and self._charge(job) >= failed.charge else None
+        return failed if failed is not None and job.gpus >= failed.gpus and charge_of(job) >= failed.charge else None
 
     def _charged(self) -> None:
         """The allocated walk charged units for a job (rule 2). A unit charged is more served than before, so a
@@ -336,11 +336,6 @@ class BoundedSearch:
     def _no_victims_key(self, job: PendingJob, preempting: tuple, access: Access) -> tuple:
         """What a failed victim search stands for (`_no_victims`): jobs alike in all of it search alike."""
         return job.project, preempting, access, *self._shape(job)
-
-    @staticmethod
-    def _charge(job: PendingJob) -> float:
-        """Rule 2: what starting (or preempting for) a job adds to its units' usage this tick."""
-        return charge_of(job)
 
     def _waiting(self, job: PendingJob, kind: tuple | None = None, access: Access | None = None) -> Wait:
         """The shared `Wait` of jobs that wait for room like this one."""
