@@ -407,8 +407,8 @@ class Cycle(BoundedSearch, Explanation):
         """Rule 5 (and defragmentation): hold where the job can start earliest."""
         req = self._request(job)
         gainer = self.tree.nodes[job.project]
-        leave_time = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job), self._on_one_host(job))
-        outlook = earliest_start(req, self.capacity, leave_time, self._host_filter(req), self.now,
+        leaves = self.leave_times.for_gainer(gainer, charge, self._whole_domain(job), self._on_one_host(job))
+        outlook = earliest_start(req, self.capacity, leaves, self._host_filter(req), self.now,
                                  self._claimed_by_others(job.id))
         if defragments_for(req):
             moves = plan_defrag(

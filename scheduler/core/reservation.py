@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .capacity import NOTHING, Capacity, HostState, Release
 from .fairshare import UnitNode, UnitTree, may_take_from, may_take_on_own_path
@@ -52,6 +53,17 @@ class Outlook:
     hosts: tuple[str, ...]
 
 
+class GainerLeaves(NamedTuple):
+    """When running jobs would give their GPUs to one waiting job (`LeaveTimes.for_gainer`)."""
+
+    # Job -> when it would give them (inf: never).
+    time: Callable[[RunningJob], float]
+    # Project -> may the waiting job take from its allocated jobs once their protection (or shield) ends?
+    may: Callable[[str], bool]
+    # Jobs leaving this tick -> when.
+    leaving: dict[str, float]
+
+
 class LeaveTimes:
     """When each running job would give its GPUs to a given waiting job."""
 
@@ -70,7 +82,7 @@ class LeaveTimes:
         self.read_windows: set[str] = set()
 
     def for_gainer(self, gainer: UnitNode, charge: float, whole_domain: bool = False,
-                   one_host: bool = False) -> Callable[[RunningJob], float]:
+                   one_host: bool = False) -> GainerLeaves:
         """Leave times for a job of `gainer` charged `charge`; one that needs a whole NVLink domain may take jobs
         once their protection ends, any other job once their shield does (`model.shield`) and, where
         `model.waits_for_checkpoints` says so (`one_host`: the job fits on one host), when its declared checkpoints
@@ -85,6 +97,14 @@ class LeaveTimes:
         leaving, ends, now, policy = self.leaving, self.ends, self.now, self.policy
         # An allocated and an unallocated job's grace periods (`grace_period_for`), once per search.
         graces = {allocated: grace_period_for(allocated, policy) for allocated in (True, False)}
+
+        def may_take(project: str) -> bool:
+            taking = may.get(project)
+            if taking is None:
+                loser = self.tree.nodes[project]
+                taking = may[project] = (may_take_from(gainer, loser, charge) is not None
+                                         or whole_domain and may_take_on_own_path(gainer, loser, charge) is not None)
+            return taking
 
         def leave_time(job: RunningJob) -> float:
             when = known.get(job.id)
@@ -101,11 +121,7 @@ class LeaveTimes:
             if not allocated:
                 could_go = now
             else:
-                if job.project not in may:
-                    loser = self.tree.nodes[job.project]
-                    may[job.project] = (may_take_from(gainer, loser, charge) is not None
-                                        or whole_domain and may_take_on_own_path(gainer, loser, charge) is not None)
-                if may[job.project]:
+                if may_take(job.project):
                     kept = ends.get(job.id)
                     could_go = max(now, kept[end] if kept is not None and kept[0] is job else until(job, policy))
                     if not whole_domain:
@@ -121,10 +137,10 @@ class LeaveTimes:
                 could_go = min(could_go, max(now, job.start_time + job.max_runtime))
             return could_go + graces[allocated]
 
-        return leave_time
+        return GainerLeaves(leave_time, may_take, leaving)
 
 
-def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_time: Callable[[RunningJob], float],
+def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leaves: GainerLeaves,
            fits: Callable[[dict[str, Release]], bool], until: float, free: int | None = None,
            claimed: Claimed | None = None) -> float:
     """Earliest time, up to `until`, at which `fits(extra)` holds as the hosts' jobs leave (inf: none).
@@ -139,19 +155,36 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
     extra: dict[str, Release] = {}
     if available >= req.gpus and fits(extra):
         return -math.inf
-    # Jobs leaving after `until` are never reached: they are not sorted either. Nor are jobs that never leave
-    # (inf): reaching one could only give inf, what the sweep returns when it reaches none.
-    events: dict[str, tuple[float, RunningJob] | None] = {}
+    # The jobs here, each once; first, what all of them could give back at most (a job gives back at most the GPUs
+    # it holds) but those that never leave, told without a leave time (`leaves.time` is inf for an allocated job
+    # of a project the waiting job may not take from, with no maximum runtime, neither leaving nor stopping).
+    # Where even that is not enough, no leave time is worked out.
+    met: dict[str, RunningJob] = {}
     reach = available
+    may, leaving = leaves.may, leaves.leaving
     for host in hosts:
         for job in host.jobs:
-            if job.id not in events:
-                when = leave_time(job)
-                if when <= until and when < math.inf:
-                    events[job.id] = (when, job)
-                    reach += len(job.gpu_ids)
-                else:
-                    events[job.id] = None
+            job_id = job.id
+            if job_id not in met:
+                met[job_id] = job
+                if (job.min_runtime > 0 and job.max_runtime is None and job.state != PREEMPTING
+                        and job_id not in leaving and not may(job.project)):
+                    continue
+                reach += len(job.gpu_ids)
+    if reach < req.gpus:
+        return math.inf
+    # Jobs leaving after `until` are never reached: they are not sorted either. Nor are jobs that never leave
+    # (inf): reaching one could only give inf, what the sweep returns when it reaches none.
+    leave_time = leaves.time
+    events: dict[str, tuple[float, RunningJob] | None] = {}
+    reach = available
+    for job in met.values():
+        when = leave_time(job)
+        if when <= until and when < math.inf:
+            events[job.id] = (when, job)
+            reach += len(job.gpu_ids)
+        else:
+            events[job.id] = None
     if reach < req.gpus:
         # Even every GPU of every job met leaving would not be enough (a job gives back at most the GPUs it
         # holds): nothing below could reach `fits`.
@@ -183,7 +216,7 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leave_ti
     return math.inf
 
 
-def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[RunningJob], float], host_ok: HostFilter,
+def earliest_start(req: JobRequest, capacity: Capacity, leaves: GainerLeaves, host_ok: HostFilter,
                    now: float, claimed: Claimed | None = None) -> Outlook | None:
     """Where the job could start earliest, counting only GPUs it could be given: not those a leaving job
     gives to another job's claim (`claimed`, rule 4's earmarks).
@@ -208,7 +241,7 @@ def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[Ru
             if req.shared or req.single_host(pool):
                 hosts = [h for g in groups for h in g.hosts if host_ok(h) and h.gpu_count >= req.gpus]
                 for host in sorted(hosts, key=lambda h: (-len(h.free), h.name)):
-                    when = _sweep([host], req, capacity, leave_time,
+                    when = _sweep([host], req, capacity, leaves,
                                   lambda extra, h=host: room(h, req, extra.get(h.name, NOTHING)) >= req.gpus, until(),
                                   claimed=claimed)
                     consider(when, host.name, host.domain, [host.name])
@@ -225,7 +258,7 @@ def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[Ru
                         plan[:] = found
                     return found is not None
 
-                when = _sweep(group.hosts, req, capacity, leave_time, fits, until(), group.free, claimed)
+                when = _sweep(group.hosts, req, capacity, leaves, fits, until(), group.free, claimed)
                 consider(when, group.domain, group.domain, [h.name for h, _ in plan])
             if not fitting and req.topology != DOMAIN:
                 plan = []
@@ -237,7 +270,7 @@ def earliest_start(req: JobRequest, capacity: Capacity, leave_time: Callable[[Ru
                     return found is not None
 
                 hosts = [h for g in groups for h in g.hosts]
-                when = _sweep(hosts, req, capacity, leave_time, fits_across, until(), sum(g.free for g in groups),
+                when = _sweep(hosts, req, capacity, leaves, fits_across, until(), sum(g.free for g in groups),
                               claimed)
                 domains = {capacity.hosts[h.name].domain for h, _ in plan}
                 consider(when, pool.gpu_type, domains.pop() if len(domains) == 1 else "", [h.name for h, _ in plan])
