@@ -176,24 +176,21 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leaves: 
     # Jobs leaving after `until` are never reached: they are not sorted either. Nor are jobs that never leave
     # (inf): reaching one could only give inf, what the sweep returns when it reaches none.
     leave_time = leaves.time
-    events: dict[str, tuple[float, RunningJob] | None] = {}
+    events: list[tuple[float, RunningJob]] = []
     reach = available
     for job in met.values():
         when = leave_time(job)
         if when <= until and when < math.inf:
-            events[job.id] = (when, job)
+            events.append((when, job))
             reach += len(job.gpu_ids)
-        else:
-            events[job.id] = None
     if reach < req.gpus:
-        # Even every GPU of every job met leaving would not be enough (a job gives back at most the GPUs it
-        # holds): nothing below could reach `fits`.
+        # Not enough even with every job leaving by `until`: nothing below could reach `fits`.
         return math.inf
     names = {h.name for h in hosts}
     # What the jobs met so far give back is added to `extra` only once enough GPUs are free for `fits` to be
     # asked (until then it could not hold): the sums are the same whenever it is asked, with less adding.
     unadded: list[dict[str, Release]] = []
-    for when, job in sorted(filter(None, events.values()), key=lambda e: (e[0], e[1].seq, e[1].id)):
+    for when, job in sorted(events, key=lambda e: (e[0], e[1].seq, e[1].id)):
         releases = capacity.releases(job)
         held = claimed.get(job.id) if claimed else None
         if held:
