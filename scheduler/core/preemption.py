@@ -313,8 +313,6 @@ class Victims:
         self._comparables: dict[tuple[str, str | None], tuple[list, list]] = {}
         # Outlooks by the set of blocks they cover (gainers alike share one).
         self._outlooks: dict[frozenset[int], _Outlook] = {}
-        # The signature of every block (`_everything`).
-        self._every: frozenset[int] | None = None
 
     def _order(self, block: Block) -> None:
         """Put a block's candidates in preference order (see the module docstring), and mark those of an allocated
@@ -365,14 +363,10 @@ class Victims:
         jobs like it then cost a lookup. `one_host`: the job fits on one host
         (who waits for victims' checkpoints: `model.waits_for_checkpoints`).
         """
-        pools = self._pools(req)
+        search = self._search(req, host_ok)
+        eligible, outlook = self._outlook(gainer, charge, within, whole_domain)
         # Fractions and jobs with earmarks skip the upper bound (it counts neither).
         bounded = not (req.shared or req.earmarked)
-        if bounded and not self._everything().reachable(req, pools, self._free_version):
-            # Not even every candidate there is could let it fit: nor can those the gainer may take from.
-            return None
-        search = _Search(req, self.capacity, pools, host_ok)
-        eligible, outlook = self._outlook(gainer, charge, within, whole_domain)
         hopeless_key = (req.gpus, req.per_host, req.topology, req.cpus, req.memory_gib, req.lanes, req.gpu_types,
                         req.protected_for, whole_domain, one_host)
         if bounded:
@@ -415,11 +409,8 @@ class Victims:
         of `gainer` charging `charge` may take from; a fraction or a job holding a claim skip that bound."""
         if req.shared or req.earmarked:
             return True
-        pools = self._pools(req)
-        if not self._everything().reachable(req, pools, self._free_version):
-            return False
         _, outlook = self._outlook(gainer, charge, None, whole_domain=True)
-        return outlook.reachable(req, pools, self._free_version)
+        return outlook.reachable(req, self._pools(req), self._free_version)
 
     def after(self, req: JobRequest, leaving: list[RunningJob], host_ok: HostFilter) -> VictimPlan | None:
         """Where a job will start once the jobs preempted for it have left (None: it no longer fits)."""
@@ -474,20 +465,6 @@ class Victims:
                     compared.append((block, sides))
             known = self._comparables[key] = (unallocated, compared)
         return known
-
-    def _everything(self) -> _Outlook:
-        """What every candidate could give back, whoever may take it: an upper bound on any gainer's outlook
-        (each counts what a subset of these blocks gives back). Kept with the others, so taking victims
-        updates it."""
-        signature = self._every
-        if signature is None:
-            signature = self._every = frozenset(id(block) for block in self.blocks)
-        outlook = self._outlooks.get(signature)
-        if outlook is None:
-            outlook = self._outlooks[signature] = _Outlook(signature)
-            outlook.count([candidate for block in self.blocks for candidate in block.candidates
-                           if not candidate.taken], +1)
-        return outlook
 
     def _outlook(self, gainer: UnitNode, charge: float, within: UnitNode | None,
                  whole_domain: bool = False) -> tuple[list[tuple[Block, tuple | None]], _Outlook]:
