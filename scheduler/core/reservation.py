@@ -58,10 +58,8 @@ class GainerLeaves(NamedTuple):
 
     # Job -> when it would give them (inf: never).
     time: Callable[[RunningJob], float]
-    # Project -> may the waiting job take from its allocated jobs once their protection (or shield) ends?
-    may: Callable[[str], bool]
-    # Jobs leaving this tick -> when.
-    leaving: dict[str, float]
+    # Job -> does it never give them? Told without working out when (where it does, `time` is inf).
+    never: Callable[[RunningJob], bool]
 
 
 class LeaveTimes:
@@ -106,6 +104,11 @@ class LeaveTimes:
                                          or whole_domain and may_take_on_own_path(gainer, loser, charge) is not None)
             return taking
 
+        def never(job: RunningJob) -> bool:
+            # An allocated job of a unit it may not take from, with no maximum runtime, neither leaving nor stopping.
+            return (job.min_runtime > 0 and job.max_runtime is None and job.state != PREEMPTING
+                    and job.id not in leaving and not may_take(job.project))
+
         def leave_time(job: RunningJob) -> float:
             when = known.get(job.id)
             if when is None:
@@ -113,6 +116,8 @@ class LeaveTimes:
             return when
 
         def _leave_time(job: RunningJob) -> float:
+            if never(job):
+                return math.inf
             if job.id in leaving:
                 return leaving[job.id]
             if job.state == PREEMPTING:
@@ -137,7 +142,7 @@ class LeaveTimes:
                 could_go = min(could_go, max(now, job.start_time + job.max_runtime))
             return could_go + graces[allocated]
 
-        return GainerLeaves(leave_time, may_take, leaving)
+        return GainerLeaves(leave_time, never)
 
 
 def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leaves: GainerLeaves,
@@ -155,22 +160,18 @@ def _sweep(hosts: list[HostState], req: JobRequest, capacity: Capacity, leaves: 
     extra: dict[str, Release] = {}
     if available >= req.gpus and fits(extra):
         return -math.inf
-    # The jobs here, each once; first, what all of them could give back at most (a job gives back at most the GPUs
-    # it holds) but those that never leave, told without a leave time (`leaves.time` is inf for an allocated job
-    # of a project the waiting job may not take from, with no maximum runtime, neither leaving nor stopping).
-    # Where even that is not enough, no leave time is worked out.
+    # The jobs here, each once; first, what all of them but those that never leave (`leaves.never`) could give
+    # back at most (a job gives back at most the GPUs it holds). Where even that is not enough, no leave time is
+    # worked out.
     met: dict[str, RunningJob] = {}
     reach = available
-    may, leaving = leaves.may, leaves.leaving
+    never = leaves.never
     for host in hosts:
         for job in host.jobs:
-            job_id = job.id
-            if job_id not in met:
-                met[job_id] = job
-                if (job.min_runtime > 0 and job.max_runtime is None and job.state != PREEMPTING
-                        and job_id not in leaving and not may(job.project)):
-                    continue
-                reach += len(job.gpu_ids)
+            if job.id not in met:
+                met[job.id] = job
+                if not never(job):
+                    reach += len(job.gpu_ids)
     if reach < req.gpus:
         return math.inf
     # Jobs leaving after `until` are never reached: they are not sorted either. Nor are jobs that never leave
