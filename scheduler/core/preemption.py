@@ -192,6 +192,14 @@ class _Outlook:
                 group_reach[group] = group_reach.get(group, 0) + gpus
                 pool_reach[pool] = pool_reach.get(pool, 0) + gpus
 
+    def widened(self, candidates: list[Candidate], blocks: frozenset[int]) -> _Outlook:
+        """A new outlook over `blocks`: what this one could give back, and what these candidates would."""
+        if blocks == self.blocks:
+            return self
+        wider = _Outlook(blocks, dict(self.host_reach), dict(self.group_reach), dict(self.pool_reach))
+        wider.count(candidates, +1)
+        return wider
+
     def reachable(self, req: JobRequest, pools: set[Pool], free_version: int) -> bool:
         """Could `could_fit` hold for any candidate of these blocks? (False: it holds for none.)
 
@@ -295,6 +303,7 @@ class Victims:
             return (0, -block.unit.unallocated_usage, block.unit.name)
 
         self.blocks = sorted(blocks.values(), key=block_order)
+        self._unallocated_signature = frozenset(id(block) for block in self.blocks if not block.allocated)
         # Candidates not yet taken.
         self.live = len(self._where)
         # Bumped when ratios move (charges) and when capacity or candidates do (starts, victims).
@@ -493,10 +502,23 @@ class Victims:
         _, eligible, signature = cached
         outlook = self._outlooks.get(signature)
         if outlook is None:
-            outlook = self._outlooks[signature] = _Outlook(signature)
-            outlook.count([candidate for block, _ in eligible for candidate in block.candidates if not candidate.taken],
-                          +1)
+            # Every gainer may take from every unallocated block (they come first): what those give back is
+            # counted once, and each set of blocks starts from a copy of it.
+            unallocated = self._unallocated_outlook()
+            outlook = self._outlooks[signature] = unallocated.widened(
+                [candidate for block, _ in eligible if block.allocated
+                 for candidate in block.candidates if not candidate.taken], signature)
         return eligible, outlook
+
+    def _unallocated_outlook(self) -> _Outlook:
+        """What the unallocated blocks could give back (kept up to date by `take` like every outlook)."""
+        signature = self._unallocated_signature
+        outlook = self._outlooks.get(signature)
+        if outlook is None:
+            outlook = self._outlooks[signature] = _Outlook(signature)
+            outlook.count([candidate for block in self.blocks if not block.allocated
+                           for candidate in block.candidates if not candidate.taken], +1)
+        return outlook
 
 
 # A scope: ("host", HostState) | ("gpu", gpu id) | ("group", Group) | ("pool", Pool)
