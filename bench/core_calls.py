@@ -10,7 +10,9 @@ and by what it decided:
   arrival`, `unallocated arrival` (one that may start: `quiet.waits_on_arrival`),
   `run ended`, `host change`), or, with none, the `quiet moment`: when the
   core itself said a tick could next decide something new
-  (`core.quiet.quiet_until`);
+  (`core.quiet.quiet_until`), with which of its moments it was (`quiet.TERMS`:
+  a protection ending, usage ratios crossing, a look again after a tick that
+  charged units while a reservation held a job back, ...);
 - decided: started a job, else preempted one, else moved a reservation (another
   job, or other hosts, than the last call's), else nothing new.
 
@@ -55,6 +57,8 @@ class Counted(Simulation):
         self._reservations: tuple = ()
         # What the call being made decided (`_apply`), one of OUTCOMES.
         self._decided = ""
+        # Which of `quiet_until`'s moments the last call named (`quiet.TERMS`).
+        self._term = ""
 
     # What each event is, noted as it is handled; it asks for a call if the engine marks the next tick due.
     def _submit(self, run, when: float) -> None:
@@ -76,13 +80,19 @@ class Counted(Simulation):
 
     def _tick(self, when: float) -> None:
         calls, seconds = self.core_calls, self.core_seconds
-        asked = " + ".join(sorted(self._asked)) or QUIET
+        asked = " + ".join(sorted(self._asked)) or f"{QUIET}: {self._term}"
         self._asked = set()
         super()._tick(when)
         if self.core_calls > calls:
             key = (asked, self._decided)
             self.calls[key] += 1
             self.seconds[key] += self.core_seconds - seconds
+
+    def _quiet_until(self, when: float, decisions, named=None) -> float:
+        named = []
+        moment = super()._quiet_until(when, decisions, named)
+        self._term = named[0]
+        return moment
 
     def _apply(self, decisions, when: float) -> None:
         reservations = tuple((r.job_id, r.hosts) for r in decisions.reservations)
@@ -103,10 +113,10 @@ def table(counted: Counted) -> list[str]:
     calls, seconds = sum(counted.calls.values()), sum(counted.seconds.values())
 
     def row(asked: str, decided: str, n: int, spent: float) -> str:
-        return (f"  {asked:44} {decided:20} {n:8,} {n / calls:6.1%} {spent:8.2f} {spent / seconds:6.1%} "
+        return (f"  {asked:80} {decided:20} {n:8,} {n / calls:6.1%} {spent:8.2f} {spent / seconds:6.1%} "
                 f"{spent / n * 1000:8.2f}")
 
-    lines = [f"  {'asked by':44} {'decided':20} {'calls':>8} {'share':>6} {'core s':>8} {'share':>6} {'ms/call':>8}"]
+    lines = [f"  {'asked by':80} {'decided':20} {'calls':>8} {'share':>6} {'core s':>8} {'share':>6} {'ms/call':>8}"]
     for key, spent in sorted(counted.seconds.items(), key=lambda item: (-item[1], item[0])):
         lines.append(row(*key, counted.calls[key], spent))
     for outcome in OUTCOMES:

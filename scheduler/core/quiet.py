@@ -135,19 +135,41 @@ AFTER = 1e-6
 MAX_BENDS = 16
 
 
+# What named the moment `quiet_until` returns (`named`), for `bench/core_calls.py`.
+STOPPED_BACK = "a job stopped is back in the queue"
+CLAIM_ANEW = "a claim made beside a reservation is planned anew"
+CLAIM_BREAKS = "a victim not gone a heartbeat after its grace"
+MAX_RUNTIME = "a maximum runtime ends"
+PROTECTION_ENDS = "a protection ends (drain or defragmentation)"
+SHIELD_ENDS = "a shield ends"
+CHECKPOINT_WINDOW = "a checkpoint window turns"
+BACKOFF = "a back-off ends"
+MOVABLE_CHECKPOINT = "a movable job checkpoints"
+MOVE_ORDER = "a move's order turns"
+DEFRAG_CAP = "the hourly move cap refills"
+CHARGED_HELD = "look again: charged while a reservation held a job"
+LEAVE_ORDER = "a reservation's leave order turns"
+LOOK_AGAIN = "look again: the tick's charges (or ratios that cross at once)"
+RATIOS = "usage ratios cross"
+PROTECTION_TAKEN = "a protection ends where a unit may take it"
+TERMS = (STOPPED_BACK, CLAIM_ANEW, CLAIM_BREAKS, MAX_RUNTIME, PROTECTION_ENDS, SHIELD_ENDS, CHECKPOINT_WINDOW, BACKOFF,
+         MOVABLE_CHECKPOINT, MOVE_ORDER, DEFRAG_CAP, CHARGED_HELD, LEAVE_ORDER, LOOK_AGAIN, RATIOS, PROTECTION_TAKEN)
+
+
 def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisions | None = None,
-                fair_share: bool = True) -> float:
+                fair_share: bool = True, named: list[str] | None = None) -> float:
     """The first moment after `now` at which a tick could decide otherwise with no event (inf: none).
 
-    `last` is what the tick at `now` decided (None: no tick at `now`).
+    `last` is what the tick at `now` decided (None: no tick at `now`). With `named`, which of the moments below
+    it is (one of `TERMS`) is appended to it (`bench/core_calls.py`).
     """
     waiting = bool(state.queues[True])
     if last is not None and any(p.job_id in state.pending for p in last.preemptions):
         # A job the tick stopped is back in the queue already (its host went down): the next tick may start it.
-        return now + AFTER
+        return _named(now + AFTER, STOPPED_BACK, named)
     if last is not None and last.reservations and any(p.preemptor for p in last.preemptions):
         # A job preempted for on the hosts a reservation left it: the next tick plans its claim anew on any host.
-        return now + AFTER
+        return _named(now + AFTER, CLAIM_ANEW, named)
     # The allocated jobs the tick started or preempted for, and their projects: it charged their units (rule 2).
     # At the next tick the first charges are gone, and the claims' come at the start of the tick, not where the
     # walk met the job; their units may compare otherwise than the tick saw them.
@@ -160,7 +182,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         if job.allocated:
             charged[job_id] = job.project
     draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
-    soonest = math.inf
+    soonest, term = math.inf, ""
     losers: set[str] = set()
     # Projects running allocated jobs, protected or not: rule 5's sweep reads who may take from them.
     holders: set[str] = set()
@@ -177,12 +199,12 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             if job.preempted_for in state.claimants and job.grace_ends is not None:
                 deadline = job.grace_ends + policy.heartbeat_timeout + AFTER
                 if now < deadline < soonest:
-                    soonest = deadline
+                    soonest, term = deadline, CLAIM_BREAKS
             continue
         if job.max_runtime is not None:
             limit = job.start_time + job.max_runtime
             if now < limit < soonest:
-                soonest = limit
+                soonest, term = limit, MAX_RUNTIME
         if not job.min_runtime > 0:
             continue
         holders.add(job.project)
@@ -190,45 +212,47 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         if ends > now:
             if ends < soonest:
                 if draining and any(g.rsplit(":", 1)[0] in draining for g in job.gpu_ids):
-                    soonest = ends
+                    soonest, term = ends, PROTECTION_ENDS
                     continue
                 if narrow is None:
                     narrow = not _may_defragment(state, policy)
                 if narrow:
                     protected.append((job.project, ends, shield_ends))
                 elif waiting:
-                    soonest = ends
+                    soonest, term = ends, PROTECTION_ENDS
         else:
             losers.add(job.project)
             if waiting and shield_ends > now:
                 if shield_ends < soonest:
-                    soonest = shield_ends
+                    soonest, term = shield_ends, SHIELD_ENDS
             elif turns_in_window and job.id in window_jobs:
                 turn = _window_turn(job, now, policy, state.held_back)
                 if turn < soonest:
-                    soonest = turn
-    soonest = min(soonest, _first_backoff_that_counts(state, now, policy, fair_share, soonest))
+                    soonest, term = turn, CHECKPOINT_WINDOW
+    soonest, term = _sooner(soonest, term, _first_backoff_that_counts(state, now, policy, fair_share, soonest), BACKOFF)
     if narrow is None and migrations_left(state.recent_defrag, now, policy) > 0:
         narrow = not _may_defragment(state, policy)
     if narrow is False and fair_share and waiting:
-        soonest = min(soonest, _next_movable_checkpoint(state, now, policy, soonest))
+        soonest, term = _sooner(soonest, term, _next_movable_checkpoint(state, now, policy, soonest),
+                                MOVABLE_CHECKPOINT)
         # What a move takes where the last tick planned moves turns with the jobs' lost work.
         read = state.moves_read
         if read:
             groups = [(group, read[group.domain]) for pool in state.capacity.pools.values()
                       for group in pool.groups.values() if group.domain in read]
-            soonest = next_order_turn(groups, now, policy, soonest, now + AFTER)
+            soonest, term = _sooner(soonest, term, next_order_turn(groups, now, policy, soonest, now + AFTER),
+                                    MOVE_ORDER)
     if waiting and state.recent_defrag:
         refill = min(state.recent_defrag) + 3600.0
         if refill > now:
-            soonest = min(soonest, refill)
+            soonest, term = _sooner(soonest, term, refill, DEFRAG_CAP)
     if fair_share and waiting and charged and state.held_back:
         # The tick charged units for the jobs it started or that claimed GPUs where the walk met them; the next
         # tick charges claims at its start. A reservation rests on who may take from whom (rule 4b), so where it
         # holds hosts, if anywhere, may differ then: look again.
-        return now + AFTER
+        return _named(now + AFTER, CHARGED_HELD, named)
     if fair_share and waiting and state.held_back:
-        soonest = min(soonest, _leave_order_turns(state, now, policy))
+        soonest, term = _sooner(soonest, term, _leave_order_turns(state, now, policy), LEAVE_ORDER)
     turns = fair_share and waiting and (losers or state.held_back or state.scoped)
     # Last, and only if one ends before the soonest moment found so far: a protection ending later changes nothing.
     protected = [entry for entry in protected if entry[1] < soonest]
@@ -236,10 +260,23 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
         lines = _lines(state, now, policy, soonest)
         charges = state.pending_charges()
         if turns:
-            soonest = min(soonest, _turns(state, now, policy, losers, lines, charges, charged, holders))
+            turn = _turns(state, now, policy, losers, lines, charges, charged, holders)
+            soonest, term = _sooner(soonest, term, turn, LOOK_AGAIN if turn == now + AFTER else RATIOS)
         if protected:
-            soonest = _protection_turns(state, now, policy, protected, lines, charges, soonest)
-    return soonest
+            soonest, term = _sooner(soonest, term, _protection_turns(state, now, policy, protected, lines, charges,
+                                                                     soonest), PROTECTION_TAKEN)
+    return _named(soonest, term, named)
+
+
+def _sooner(soonest: float, term: str, moment: float, named: str) -> tuple[float, str]:
+    """The sooner of two moments, with what named it (the one found first on a tie)."""
+    return (moment, named) if moment < soonest else (soonest, term)
+
+
+def _named(moment: float, term: str, named: list[str] | None) -> float:
+    if named is not None:
+        named.append(term)
+    return moment
 
 
 def _may_defragment(state: ClusterState, policy: Policy) -> bool:

@@ -237,7 +237,12 @@ class Simulation(JobLives):
         self.core_seconds += wallclock.perf_counter() - began
         self.core_calls += 1
         self._apply(decisions, when)
-        self.quiet_at = quiet_until(self.state, now=when, policy=self.policy, last=decisions, fair_share=self.kept)
+        self.quiet_at = self._quiet_until(when, decisions)
+
+    def _quiet_until(self, when: float, decisions: core.Decisions, named: list[str] | None = None) -> float:
+        """When the core next could decide something new with no event (`quiet.quiet_until`)."""
+        return quiet_until(self.state, now=when, policy=self.policy, last=decisions, fair_share=self.kept,
+                           named=named)
 
     def _forced_possible(self) -> bool:
         """Could the core end or move a running job with no job pending? (down hosts, drains)"""

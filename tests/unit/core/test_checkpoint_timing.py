@@ -11,7 +11,7 @@ from dataclasses import replace
 from scheduler.core import Policy, schedule
 from scheduler.core.engine import decide
 from scheduler.core.model import checkpoint_due, checkpoint_window, checkpoint_window_closes
-from scheduler.core.quiet import quiet_until
+from scheduler.core.quiet import CHECKPOINT_WINDOW, quiet_until
 from scheduler.core.state import ClusterState
 
 from .builders import DAY, HOUR, gpus_of, hgx, nvl72, pending, running, snapshot, topology, units
@@ -77,7 +77,9 @@ def test_a_less_served_job_preempts_late_in_an_interval_only_in_the_grace_period
     assert late.pending["g"].estimated_start == DAY + 1800
     state = ClusterState.from_snapshot(snap)
     decided = decide(state, now=DAY + 1000, policy=POLICY)
-    assert quiet_until(state, now=DAY + 1000, policy=POLICY, last=decided) == DAY + 1740
+    named: list[str] = []
+    assert quiet_until(state, now=DAY + 1000, policy=POLICY, last=decided, named=named) == DAY + 1740
+    assert named == [CHECKPOINT_WINDOW]
     taken = schedule(snap, now=DAY + 1740, policy=POLICY)
     assert [(p.job_id, p.preemptor) for p in taken.preemptions] == [("v", "g")]
     assert taken.preemptions[0].grace == 60  # it leaves at DAY + 1800, right after its checkpoint

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from scheduler.core import Policy, schedule
 from scheduler.core.engine import decide
 from scheduler.core.model import backoff, protection, shield, shielded_until
-from scheduler.core.quiet import quiet_until, waits_on_arrival
+from scheduler.core.quiet import BACKOFF, quiet_until, waits_on_arrival
 from scheduler.core.state import ClusterState
 
 from .builders import DAY, HOUR, gpus_of, hgx, nvl72, pending, running, snapshot, topology, units
@@ -47,7 +47,9 @@ def test_the_simulator_is_woken_when_a_back_off_ends() -> None:
     """A caller that ticks only when something can change (the simulator) learns the moment from the core."""
     job = pending("u", "p", 4, min_runtime=0, preemptions=1, requeued_at=DAY - 100)
     state = ClusterState.from_snapshot(snapshot(topology(hgx("hgx-00")), ORG, pending_jobs=[job]))
-    assert quiet_until(state, now=DAY, policy=POLICY) == DAY + 200
+    named: list[str] = []
+    assert quiet_until(state, now=DAY, policy=POLICY, named=named) == DAY + 200
+    assert named == [BACKOFF]  # which of its moments it is (bench/core_calls.py sorts calls by it)
 
 
 def test_a_back_off_that_ends_where_the_job_cannot_fit_wakes_nobody() -> None:

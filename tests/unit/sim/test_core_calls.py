@@ -7,6 +7,7 @@ import pytest
 from bench.core_calls import ARRIVED, ENDED, OUTCOMES, QUIET, Counted, main, table
 from bench.sim_table import workload
 from scheduler.core import schedule
+from scheduler.core.quiet import TERMS
 from scheduler.sim.engine import simulate
 
 
@@ -32,8 +33,10 @@ def test_each_call_is_sorted_by_what_asked_and_what_it_decided(counted_and_plain
     asked = {key[0] for key in counted.calls}
     decided = {key[1] for key in counted.calls}
     assert decided <= set(OUTCOMES)
-    # The busy day has jobs arriving, runs ending and the core's own moments.
-    assert {ARRIVED, ENDED, QUIET} <= {part for label in asked for part in label.split(" + ")}
+    # The busy day has jobs arriving, runs ending and the core's own moments, each named by what it was.
+    assert {ARRIVED, ENDED} <= {part for label in asked for part in label.split(" + ")}
+    quiet = {label.removeprefix(f"{QUIET}: ") for label in asked if label.startswith(QUIET)}
+    assert quiet and quiet <= set(TERMS)
     # Calls that started or preempted are no more than the starts and preemptions made (one may make several).
     acted = sum(n for key, n in counted.calls.items() if key[1] in OUTCOMES[:2])
     assert 0 < acted <= result.decisions
