@@ -88,10 +88,10 @@ class Counted(Simulation):
             self.calls[key] += 1
             self.seconds[key] += self.core_seconds - seconds
 
-    def _quiet_until(self, when: float, decisions, named=None) -> float:
-        named = []
+    def _quiet_until(self, when: float, decisions, named: list[str] | None = None) -> float:
+        named = [] if named is None else named
         moment = super()._quiet_until(when, decisions, named)
-        self._term = named[0]
+        self._term = named[-1]
         return moment
 
     def _apply(self, decisions, when: float) -> None:
