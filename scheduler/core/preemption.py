@@ -193,7 +193,8 @@ class _Outlook:
                 pool_reach[pool] = pool_reach.get(pool, 0) + gpus
 
     def widened(self, candidates: list[Candidate], blocks: frozenset[int]) -> _Outlook:
-        """A new outlook over `blocks`: what this one could give back, and what these candidates would."""
+        """An outlook over `blocks`: what this one could give back, and what these candidates would (this one
+        itself if it covers `blocks` already)."""
         if blocks == self.blocks:
             return self
         wider = _Outlook(blocks, dict(self.host_reach), dict(self.group_reach), dict(self.pool_reach))

@@ -161,7 +161,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     """The first moment after `now` at which a tick could decide otherwise with no event (inf: none).
 
     `last` is what the tick at `now` decided (None: no tick at `now`). With `named`, which of the moments below
-    it is (one of `TERMS`) is appended to it (`bench/core_calls.py`).
+    it is (one of `TERMS`; "" for inf) is appended to it (`bench/core_calls.py`).
     """
     waiting = bool(state.queues[True])
     if last is not None and any(p.job_id in state.pending for p in last.preemptions):
@@ -268,9 +268,9 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
     return _named(soonest, term, named)
 
 
-def _sooner(soonest: float, term: str, moment: float, named: str) -> tuple[float, str]:
+def _sooner(soonest: float, term: str, moment: float, moment_term: str) -> tuple[float, str]:
     """The sooner of two moments, with what named it (the one found first on a tie)."""
-    return (moment, named) if moment < soonest else (soonest, term)
+    return (moment, moment_term) if moment < soonest else (soonest, term)
 
 
 def _named(moment: float, term: str, named: list[str] | None) -> float:
