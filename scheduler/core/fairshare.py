@@ -82,6 +82,9 @@ class UnitTree:
 
     def __init__(self, units: tuple[Unit, ...], projects: set[str], *, healthy_gpus: int, window: float):
         self.nodes: dict[str, UnitNode] = {}
+        # What callers work out from the tree's shape and entitlements alone, which never change once it is
+        # built (a kept state keeps its tree while they hold: `ClusterState._tree_shape`), by the caller's key.
+        self.derived: dict[tuple, object] = {}
         for unit in sorted(units, key=lambda u: u.name):
             self.nodes[unit.name] = UnitNode(unit.name, unit.share, None)
         for name in sorted(projects - self.nodes.keys()):

@@ -323,6 +323,8 @@ class Victims:
         self._comparables: dict[tuple[str, str | None], tuple[list, list]] = {}
         # Outlooks by the set of blocks they cover (gainers alike share one).
         self._outlooks: dict[frozenset[int], _Outlook] = {}
+        # (Fast-lane sides, GPU types) -> the pools a job asking so may use (`_pools`).
+        self._pool_sets: dict[tuple, set[Pool]] = {}
 
     def _order(self, block: Block) -> None:
         """Put a block's candidates in preference order (see the module docstring), and mark those of an allocated
@@ -373,7 +375,7 @@ class Victims:
         jobs like it then cost a lookup. `one_host`: the job fits on one host
         (who waits for victims' checkpoints: `model.waits_for_checkpoints`).
         """
-        search = self._search(req, host_ok)
+        pools = self._pools(req)
         eligible, outlook = self._outlook(gainer, charge, within, whole_domain)
         # Fractions and jobs with earmarks skip the upper bound (it counts neither).
         bounded = not (req.shared or req.earmarked)
@@ -384,10 +386,11 @@ class Victims:
             if known is not None and known[0] == self._free_version:
                 self.passed_over += known[1]
                 return None
-            if not outlook.reachable(req, search.pools, self._free_version):
+            if not outlook.reachable(req, pools, self._free_version):
                 # No candidate could fit: the walk below would add none, and end as hopeless.
                 outlook.hopeless[hopeless_key] = (self._free_version, 0)
                 return None
+        search = _Search(req, self.capacity, pools, host_ok)
         passed_over = self.passed_over
         for block, sides in eligible:
             if not block.live:
@@ -436,7 +439,13 @@ class Victims:
         return _Search(req, self.capacity, self._pools(req), host_ok)
 
     def _pools(self, req: JobRequest) -> set[Pool]:
-        return {p for lane in pools_for(req, self.capacity) for p in lane}
+        """The pools the job may use (`pools_for`), as a set shared by the searches of jobs alike (not to be
+        changed)."""
+        key = (req.lanes, req.gpu_types)
+        pools = self._pool_sets.get(key)
+        if pools is None:
+            pools = self._pool_sets[key] = {p for lane in pools_for(req, self.capacity) for p in lane}
+        return pools
 
     def _sides_of(self, gainer: UnitNode) -> dict[int, tuple[UnitNode, UnitNode]]:
         """Id of each allocated block the gainer is compared with -> the two sides at their common ancestor

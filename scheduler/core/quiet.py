@@ -533,15 +533,25 @@ def _compared(tree, charges_of: dict[str, list[float]], others: set[str]) -> Ite
     """(Gainer project, its charges, its side, the other's side) for each waiting project and each of `others`
     that rule 4b compares at their common ancestor (both sides entitled), in a stable order; each pair of sides
     once per gainer (what the callers count depends on nothing else: projects under the same side compare alike)."""
-    ordered = sorted(others)
-    for gainer, charges in sorted(charges_of.items()):
-        node = tree.nodes[gainer]
-        compared = set()
-        for other in ordered:
-            sides = sides_at_common_ancestor(node, tree.nodes[other])
-            if sides is not None and sides[1] not in compared and sides[0].entitled > 0 and sides[1].entitled > 0:
-                compared.add(sides[1])
-                yield gainer, charges, sides[0], sides[1]
+    key = ("compared", tuple(sorted(charges_of)), tuple(sorted(others)))
+    pairs = tree.derived.get(key)
+    if pairs is None:
+        # The pairs follow from the tree's shape and the two sets alone; the sets recur from call to call.
+        pairs = []
+        for gainer in key[1]:
+            node = tree.nodes[gainer]
+            compared = set()
+            for other in key[2]:
+                sides = sides_at_common_ancestor(node, tree.nodes[other])
+                if (sides is not None and sides[1] not in compared and sides[0].entitled > 0
+                        and sides[1].entitled > 0):
+                    compared.add(sides[1])
+                    pairs.append((gainer, sides[0], sides[1]))
+        if len(tree.derived) >= _DERIVED_KEPT:
+            tree.derived.clear()
+        tree.derived[key] = pairs
+    for gainer, gainer_side, other_side in pairs:
+        yield gainer, charges_of[gainer], gainer_side, other_side
 
 
 def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tuple:
@@ -646,6 +656,10 @@ def _stretches(low, high, rate: dict[str, float], now: float, bends: list[tuple[
     return pieces
 
 
+# How many of `_compared`'s answers a tree keeps (`UnitTree.derived`) before it forgets them all.
+_DERIVED_KEPT = 256
+
+
 def _own_path(tree, gainer: str, gainer_side) -> list:
     """The units with an entitlement on the gainer's own path below its side: rule 4b's second clause
     (`may_take_on_own_path`) compares them for a job that needs a whole NVLink domain."""
@@ -707,15 +721,22 @@ def _protection_turns(state: ClusterState, now: float, policy: Policy, protected
 
 def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]]:
     """Project -> the charges of its pending allocated jobs that need a whole multi-host NVLink domain
-    (`placement.needs_whole_domain`, as the tick asks it); jobs holding a claim aside, as in `pending_charges`."""
+    (`placement.needs_whole_domain`, as the tick asks it); jobs holding a claim aside, as in `pending_charges`.
+    The caller must not change it."""
     capacity = state.capacity
     found: dict[str, set[float]] = {}
     # Whether jobs asking alike need a whole domain: what `needs_whole_domain` reads of a job. That depends on the
     # policy and the capacity's shape alone, so it is kept with what the ticks carry on this capacity while the
-    # policy is the same object (`BoundedSearch._start_search`); a new capacity or policy starts afresh.
+    # policy is the same object (`BoundedSearch._start_search`); a new capacity or policy starts afresh. So is
+    # the answer, while the pending jobs ask the same (`ClusterState.asks_version`).
     carried = capacity.carried
-    whole: dict[tuple, bool] = carried["whole_domain_asks"] if carried is not None and carried["policy"] is policy \
-        else {}
+    if carried is not None and carried["policy"] is policy:
+        whole: dict[tuple, bool] = carried["whole_domain_asks"]
+        known = carried.get("large_charges")
+        if known is not None and known[0] == state.asks_version:
+            return known[1]
+    else:
+        whole = {}
     # One job per project and ask stands for all that ask alike (the state keeps them counted).
     for project, asks in state.pending_asks().items():
         for _, job in asks.values():
@@ -725,7 +746,10 @@ def _large_charges(state: ClusterState, policy: Policy) -> dict[str, list[float]
                 large = whole[key] = needs_whole_domain(JobRequest.of(job, policy), capacity)
             if large:
                 found.setdefault(project, set()).add(charge_of(job))
-    return {project: sorted(charges) for project, charges in found.items()}
+    result = {project: sorted(charges) for project, charges in found.items()}
+    if carried is not None and carried["policy"] is policy:
+        carried["large_charges"] = (state.asks_version, result)
+    return result
 
 
 def lines_cross(low, low_extra: float, high, high_extra: float, stretches: list, strict: bool = True) -> float:

@@ -162,6 +162,9 @@ class ClusterState:
         # Project -> what its pending allocated jobs ask (`_ask`) -> [how many, one of them]; jobs holding a claim
         # aside. Whether a job needs a whole NVLink domain depends on nothing else (`quiet._large_charges`).
         self._asks: dict[str, dict[tuple, list]] = {}
+        # Bumped whenever a project's pending jobs come to ask something new or stop asking something
+        # (`pending_asks`' keys; `quiet._large_charges` keeps its answer while it stands).
+        self.asks_version = 0
         # The org tree's usage over the window as `usage_tree` last summed it: (version, now, window,
         # {unit: (allocated, unallocated usage)}). The version moves with every change that could alter that
         # sum at that moment (`_usage_changed`), so a tick and the `quiet_until` after it sum it once.
@@ -467,6 +470,8 @@ class ClusterState:
             self._charges.setdefault(job.project, Counter())[charge_of(job)] += 1
         if allocated and not job.earmarked_gpus:
             asked = self._asks.setdefault(job.project, {}).setdefault(_ask(job), [0, job])
+            if not asked[0]:
+                self.asks_version += 1
             asked[0] += 1
         self._count_project(job.project, 1)
 
@@ -516,6 +521,7 @@ class ClusterState:
             asks[ask][0] -= 1
             if asks[ask][0] <= 0:
                 del asks[ask]
+                self.asks_version += 1
                 if not asks:
                     del self._asks[job.project]
         self._count_project(job.project, -1)

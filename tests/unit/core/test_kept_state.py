@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from scheduler.core import DOMAIN, DOWN, DRAINED, DRAINING, PREEMPTING, PREFERRED, UP, Policy, schedule
 from scheduler.core.engine import decide
 from scheduler.core.model import alike
+from scheduler.core.quiet import _large_charges
 from scheduler.core.state import ClusterState
 
 from .builders import DAY, HOUR, domain, hgx, pending, topology, units
@@ -126,6 +127,8 @@ def test_a_kept_state_decides_as_a_state_built_afresh(seed: int, explain: bool) 
         assert state.backing_off == rebuilt.backing_off
         assert state.backoff_ends(policy) == rebuilt.backoff_ends(policy)
         assert _counted(state.pending_asks()) == _counted(rebuilt.pending_asks())
+        # What `quiet_until` keeps of the asks while they stand (`asks_version`) is what a fresh state works out.
+        assert _large_charges(state, policy) == _large_charges(rebuilt, policy)
         assert state.smallest_unallocated_ask() == rebuilt.smallest_unallocated_ask()
         assert _classes(state) == _classes(rebuilt)
         assert {ask: n for ask, (n, _) in state.defrag_asks().items()} == \
