@@ -293,9 +293,8 @@ class BoundedSearch:
         if allocated and self.reservation_attempts < self.policy.max_reservations:
             return None
         kind, placing, preempting = self._classes(job)
-        gpus = job.gpus
-        if self._never_waits.get((gpus, kind), False) is not None:
-            return None
+        if self._never_wait(job) is not None:
+            return None  # no healthy capacity could hold it: decided in full, which records that
         access = self._access(job)
         if not self._fits_nowhere(job, (placing, access)):
             return None
