@@ -498,14 +498,18 @@ class Victims:
             eligible = list(unallocated)
             # Blocks only rule 4b's second clause opens come after all the others (`may_take_on_own_path`).
             second = []
+            # Blocks compared on the same side of the loser compare alike: what the clauses said, by that side.
+            said: dict[UnitNode, tuple[bool, tuple[UnitNode, UnitNode] | None]] = {}
             for block, sides_there in compared:
-                sides = may_take_from(gainer, block.unit, charge, sides_there)
-                if sides is not None:
-                    eligible.append((block, sides))
-                elif whole_domain:
-                    sides = may_take_on_own_path(gainer, block.unit, charge, sides_there)
-                    if sides is not None:
-                        second.append((block, sides))
+                known = said.get(sides_there[1])
+                if known is None:
+                    first = may_take_from(gainer, block.unit, charge, sides_there) is not None
+                    known = said[sides_there[1]] = (first, None if first or not whole_domain else
+                                                    may_take_on_own_path(gainer, block.unit, charge, sides_there))
+                if known[0]:
+                    eligible.append((block, sides_there))
+                elif known[1] is not None:
+                    second.append((block, known[1]))
             eligible += second
             cached = self._eligible[key] = (
                 self._ratios_version, eligible, frozenset(id(block) for block, _ in eligible))

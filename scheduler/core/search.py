@@ -293,7 +293,8 @@ class BoundedSearch:
         if allocated and self.reservation_attempts < self.policy.max_reservations:
             return None
         kind, placing, preempting = self._classes(job)
-        if self._never_wait(job) is not None:
+        never = self._never_waits.get((job.gpus, kind), False)
+        if never is not None and (never is not False or self._never_wait(job) is not None):
             return None  # no healthy capacity could hold it: decided in full, which records that
         access = self._access(job)
         if not self._fits_nowhere(job, (placing, access)):
