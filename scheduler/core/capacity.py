@@ -32,7 +32,7 @@ from operator import attrgetter
 from typing import NamedTuple
 
 from . import mig as mig_geometry
-from .model import UP, WHOLE_GPU_MILLI, PendingJob, RunningJob, Topology, in_seq_order
+from .model import DRAINING, UP, WHOLE_GPU_MILLI, PendingJob, RunningJob, Topology, in_seq_order
 
 
 def per_host_share(total: int, gpus_here: int, gpus: int) -> int:
@@ -270,6 +270,8 @@ class Capacity:
         # What a tick derives from pending jobs, the policy and this capacity's shape alone (not from what is
         # free), handed on to the next tick on the same capacity (search.BoundedSearch `_start_search`).
         self.carried: dict | None = None
+        # The names of the draining hosts (`draining_hosts`): hosts keep their state for a capacity's life.
+        self._draining: frozenset[str] | None = None
         mig_layouts: dict[str, tuple[tuple[str, int], ...]] = {}
         for host in sorted(topology.hosts, key=attrgetter("name")):
             in_mig = {m.gpu: m.instances for m in host.mig if m.gpu in host.gpus} if host.mig else {}
@@ -645,6 +647,12 @@ class Capacity:
     def _hosts_of(self, job: RunningJob) -> list[tuple[HostState, int]]:
         """(host, its GPUs there) of a job not in the snapshot's running ones (started or earmarked)."""
         return [(host, len(gpu_ids)) for host, gpu_ids in self._gpus_by_host(job)]
+
+    def draining_hosts(self) -> frozenset[str]:
+        """The names of the hosts being drained (a host's state changes only with a new capacity)."""
+        if self._draining is None:
+            self._draining = frozenset(h.name for h in self.hosts.values() if h.state == DRAINING)
+        return self._draining
 
     def has_room(self) -> bool:
         if any(pool.free or pool.shared for pool in self.pools.values()):

@@ -109,10 +109,10 @@ from operator import itemgetter
 
 from .capacity import Capacity
 from .defrag import free_for, migrations_left, movable, next_order_turn
-from .fairshare import charge_of, gpu_amount, sides_at_common_ancestor
+from .fairshare import charge_of, sides_at_common_ancestor
 from .model import (
-    DRAINING,
     RUNNING,
+    WHOLE_GPU_MILLI,
     Decisions,
     PendingJob,
     Policy,
@@ -181,7 +181,7 @@ def quiet_until(state: ClusterState, *, now: float, policy: Policy, last: Decisi
             continue
         if job.allocated:
             charged[job_id] = job.project
-    draining = {h.name for h in state.capacity.hosts.values() if h.state == DRAINING}
+    draining = state.capacity.draining_hosts()
     soonest, term = math.inf, ""
     losers: set[str] = set()
     # Projects running allocated jobs, protected or not: rule 5's sweep reads who may take from them.
@@ -567,8 +567,9 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
     edge = now - policy.window
     running_bends = []
     for job in running:
-        if job.allocated and job.start_time > edge:
-            gpus = gpu_amount(len(job.gpu_ids), job.gpu_milli)
+        # (`job.allocated`, and `gpu_amount`, written out: this runs for every running job at every call.)
+        if job.min_runtime > 0 and job.start_time > edge:
+            gpus = job.gpu_milli / WHOLE_GPU_MILLI if len(job.gpu_ids) == 1 else float(len(job.gpu_ids))
             rate[job.project] += gpus
             if job.start_time + policy.window < before:
                 running_bends.append((job.start_time + policy.window, job.project, -gpus))
