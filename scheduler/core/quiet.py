@@ -133,6 +133,8 @@ AFTER = 1e-6
 # How many changes of slope to come a ratio line is followed through (`_lines`); past them, the moment the
 # last of them comes is counted instead (a tick then looks again).
 MAX_BENDS = 16
+# How many of `_compared`'s answers a tree keeps (`UnitTree.derived`) before it forgets them all.
+_DERIVED_KEPT = 256
 
 
 # What named the moment `quiet_until` returns (`named`), for `bench/core_calls.py`.
@@ -655,10 +657,6 @@ def _stretches(low, high, rate: dict[str, float], now: float, bends: list[tuple[
             slope_high += change
         closing = slope_high / high.entitled - slope_low / low.entitled
     return pieces
-
-
-# How many of `_compared`'s answers a tree keeps (`UnitTree.derived`) before it forgets them all.
-_DERIVED_KEPT = 256
 
 
 def _own_path(tree, gainer: str, gainer_side) -> list:
