@@ -390,7 +390,7 @@ class Victims:
                 # No candidate could fit: the walk below would add none, and end as hopeless.
                 outlook.hopeless[hopeless_key] = (self._free_version, 0)
                 return None
-        search = _Search(req, self.capacity, pools, host_ok)
+        search = self._search(req, host_ok)
         passed_over = self.passed_over
         for block, sides in eligible:
             if not block.live:

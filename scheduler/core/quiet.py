@@ -109,10 +109,9 @@ from operator import itemgetter
 
 from .capacity import Capacity
 from .defrag import free_for, migrations_left, movable, next_order_turn
-from .fairshare import charge_of, sides_at_common_ancestor
+from .fairshare import charge_of, gpu_amount, sides_at_common_ancestor
 from .model import (
     RUNNING,
-    WHOLE_GPU_MILLI,
     Decisions,
     PendingJob,
     Policy,
@@ -569,9 +568,8 @@ def _lines(state: ClusterState, now: float, policy: Policy, before: float) -> tu
     edge = now - policy.window
     running_bends = []
     for job in running:
-        # (`job.allocated`, and `gpu_amount`, written out: this runs for every running job at every call.)
-        if job.min_runtime > 0 and job.start_time > edge:
-            gpus = job.gpu_milli / WHOLE_GPU_MILLI if len(job.gpu_ids) == 1 else float(len(job.gpu_ids))
+        if job.allocated and job.start_time > edge:
+            gpus = gpu_amount(len(job.gpu_ids), job.gpu_milli)
             rate[job.project] += gpus
             if job.start_time + policy.window < before:
                 running_bends.append((job.start_time + policy.window, job.project, -gpus))
