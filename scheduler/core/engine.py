@@ -368,8 +368,8 @@ class Cycle(BoundedSearch, Explanation):
             if plan is not None:
                 self._preempt(job, plan)
                 return True
-            self._no_victims[self._no_victims_key(job, preempting, access)] = FailedSearch(
-                job.gpus, charge, self.victims.passed_over > passed_over, self._charges)
+            self._found_none(job, preempting, access, FailedSearch(
+                job.gpus, charge, self.victims.passed_over > passed_over, self._charges))
             if scope is not None:
                 self._scoped.setdefault(job.project, (scope.name, waiting))
             if self._reserved and self._request(job).protected_for > 0:

@@ -126,6 +126,9 @@ class BoundedSearch:
         # (project, class, reservations, whole domain, on one host) -> the last job of them that found nothing to
         # preempt.
         self._no_victims: dict[tuple, FailedSearch] = {}
+        # The same key -> every such search this tick, in order, for the reasons (`_found_no_victims`): neither
+        # room coming back (`_room_came_back`) nor a later search of a larger job forgets that a job's found none.
+        self._searched: dict[tuple, list[FailedSearch]] = {}
         # Units charged so far this tick by the allocated walk (`_charged`): a failed victim search stands only
         # until the next charge.
         self._charges = 0
@@ -311,14 +314,38 @@ class BoundedSearch:
 
     def _found_no_victims(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
         """For its reason: did a job of its project and class, no bigger and charging no more, find nothing to
-        preempt this tick (before a charge or after)?"""
-        return self._failed_search(job, preempting, access) is not None
+        preempt this tick (before a charge or after, before room came back or after)?"""
+        return self._search_for_reason(job, preempting, access) is not None
+
+    def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
+        """For its reason: did that search pass over jobs between their declared checkpoints
+        (`model.checkpoint_window`)?"""
+        failed = self._search_for_reason(job, preempting, access)
+        return failed is not None and failed.passed_over
+
+    def _search_for_reason(self, job: PendingJob, preempting: tuple, access: Access) -> FailedSearch | None:
+        """The last failed victim search this tick of a job of its project and class that was no bigger and charged
+        no more (`_searched`)."""
+        searched = self._searched.get(self._no_victims_key(job, preempting, access))
+        if searched:
+            gpus, charge = job.gpus, charge_of(job)
+            for failed in reversed(searched):
+                if gpus >= failed.gpus and charge >= failed.charge:
+                    return failed
+        return None
 
     def _failed_search(self, job: PendingJob, preempting: tuple, access: Access) -> FailedSearch | None:
         """The last failed victim search of a job of its project and class, if it was no bigger and charged no
         more (`_no_victims`)."""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
         return failed if failed is not None and job.gpus >= failed.gpus and charge_of(job) >= failed.charge else None
+
+    def _found_none(self, job: PendingJob, preempting: tuple, access: Access, failed: FailedSearch) -> None:
+        """A victim search for the job found nothing: remembered for jobs alike (`_no_victims_for`) and for the
+        reasons (`_found_no_victims`)."""
+        key = self._no_victims_key(job, preempting, access)
+        self._no_victims[key] = failed
+        self._searched.setdefault(key, []).append(failed)
 
     def _charged(self) -> None:
         """The allocated walk charged units for a job (rule 2). A unit charged is more served than before, so a
@@ -327,11 +354,6 @@ class BoundedSearch:
         still does not.)"""
         self._charges += 1
         self._verdicts.clear()
-
-    def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
-        """Did that search pass over jobs between their declared checkpoints (`model.checkpoint_window`)?"""
-        failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
-        return failed is not None and failed.passed_over
 
     def _no_victims_key(self, job: PendingJob, preempting: tuple, access: Access) -> tuple:
         """What a failed victim search stands for (`_no_victims`): jobs alike in all of it search alike."""

@@ -92,6 +92,52 @@ def test_a_job_kept_out_of_other_reservations_than_a_failed_one_is_still_placed(
     assert ("j5", gpus_of("hgx-01-h01", 4, 4)) in [(s.job_id, s.gpu_ids) for s in decisions.starts]
     assert sorted(r.job_id for r in decisions.reservations) == ["j3", "j4"]
 
+# What a job's reason says when rule 4 found nothing for it (`explain.py`), read after the whole walk.
+NO_VICTIMS = "no running job may be preempted for it"
+
+
+def test_a_job_that_found_nothing_to_preempt_says_so_after_a_larger_job_alike_searched_again() -> None:
+    """q, less served than p, holds every GPU but one (past protection, but p may not take from a unit less
+    served). p's 8-GPU a0 takes the tick's reservation; x (4 GPUs) finds nothing to preempt; s (1 GPU) starts
+    on the free GPU, charging p; y (8 GPUs, alike x but larger) searches again after that charge and finds
+    nothing. x's reason still says why it could not preempt: before, y's search took the place of x's, and x,
+    smaller than y, read as if it had never searched."""
+    org = units(("p", None, 50.0, 300.0), ("q", None, 50.0, 0.0))
+    snap = snapshot(
+        topology(hgx("hgx-00"), hgx("hgx-01")), org,
+        running_jobs=[running("q-0", "q", gpus_of("hgx-00-h01", 7), start_time=DAY - 2 * HOUR),
+                      running("q-1", "q", gpus_of("hgx-01-h01", 8), start_time=DAY - 2 * HOUR)],
+        pending_jobs=[pending("a0", "p", 8, submit_time=0.0), pending("x", "p", 4, submit_time=1.0),
+                      pending("s", "p", 1, min_runtime=60, submit_time=2.0), pending("y", "p", 8, submit_time=3.0)])
+
+    decisions = schedule(snap, now=DAY, policy=Policy(tick=5))
+
+    assert [s.job_id for s in decisions.starts] == ["s"]
+    assert decisions.preemptions == ()
+    assert NO_VICTIMS in decisions.pending["x"].reason
+    assert NO_VICTIMS in decisions.pending["y"].reason
+
+
+def test_a_job_that_found_nothing_to_preempt_says_so_after_a_claim_let_gpus_go_later_in_the_tick() -> None:
+    """p's a2 finds nothing to preempt (r's job, past protection, is of a unit less served). Later in the walk,
+    q's claimant starts on 4 of the 8 GPUs held for it and lets the other 4 go, so the tick learns anew what
+    fits and what may be preempted. a2's reason still says why it could not preempt: before, it read as if it
+    had never searched."""
+    org = units(("p", None, 40.0, 200.0), ("q", None, 30.0, 500.0), ("r", None, 30.0, 0.0))
+    snap = snapshot(
+        topology(hgx("hgx-00"), hgx("hgx-01")), org,
+        running_jobs=[running("r-run", "r", gpus_of("hgx-01-h01", 8), start_time=DAY - 2 * HOUR)],
+        pending_jobs=[pending("a1", "p", 8, submit_time=0.0), pending("a2", "p", 8, min_runtime=2 * HOUR,
+                                                                       submit_time=1.0),
+                      pending("c", "q", 4, submit_time=2.0, earmarked_gpus=gpus_of("hgx-00-h01", 8))])
+
+    decisions = schedule(snap, now=DAY, policy=Policy(tick=5))
+
+    assert [(s.job_id, s.gpu_ids) for s in decisions.starts] == [("c", gpus_of("hgx-00-h01", 4))]
+    assert [r.job_id for r in decisions.reservations] == ["a1"]
+    assert NO_VICTIMS in decisions.pending["a2"].reason
+
+
 class _DecidedInFull:
     """Within it, a tick decides every job in full: no verdict by class, no failure standing for a job alike
     (placement or victims), no victim search answered from an earlier one. The rules' own answer."""
