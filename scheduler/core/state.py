@@ -37,7 +37,9 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import replace
+from operator import itemgetter
 
 from .capacity import Capacity
 from .defrag import defragments_for
@@ -181,8 +183,10 @@ class ClusterState:
         for job in sorted(running, key=lambda j: (j.seq, j.id)):
             self._add_running(job)
         self.capacity = Capacity(topology, self.running_in_order(), (), 0.0)
+        pending = tuple(pending)
         for job in pending:
-            self._add_pending(job)
+            self._note_pending(job)
+        self._queue_all(pending)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> ClusterState:
@@ -444,16 +448,39 @@ class ClusterState:
     # ------------------------------------------------------------ bookkeeping
 
     def _add_pending(self, job: PendingJob) -> None:
+        self._note_pending(job)
+        allocated = job.min_runtime > 0
+        key = _order(job)
+        keys = self._queue_keys[allocated].get(job.project)
+        if keys is None:
+            keys = self._queue_keys[allocated][job.project] = []
+            self.queues[allocated][job.project] = []
+        queue = self.queues[allocated][job.project]
+        index = bisect_left(keys, key)
+        keys.insert(index, key)
+        queue.insert(index, job)
+
+    def _queue_all(self, jobs: Iterable[PendingJob]) -> None:
+        """Put a new state's pending jobs in their projects' queues, each queue sorted once: the order `_add_pending`
+        gives them one at a time (no two keys are equal: each ends with the job's id)."""
+        grouped: dict[tuple[bool, str], list[tuple[tuple, PendingJob]]] = {}
+        for job in jobs:
+            group = (job.min_runtime > 0, job.project)
+            entries = grouped.get(group)
+            if entries is None:
+                entries = grouped[group] = []
+            entries.append((_order(job), job))
+        for (allocated, project), entries in grouped.items():
+            entries.sort(key=itemgetter(0))
+            self._queue_keys[allocated][project] = [key for key, _ in entries]
+            self.queues[allocated][project] = [job for _, job in entries]
+
+    def _note_pending(self, job: PendingJob) -> None:
+        """All a pending job counts in but its project's queue (`_add_pending` puts it there)."""
         self.pending[job.id] = job
         numbers = self._class_numbers
         self.classes[job.id] = numbers.setdefault(alike(job), len(numbers))
         allocated = job.min_runtime > 0
-        key = _order(job)
-        keys = self._queue_keys[allocated].setdefault(job.project, [])
-        queue = self.queues[allocated].setdefault(job.project, [])
-        index = bisect_left(keys, key)
-        keys.insert(index, key)
-        queue.insert(index, job)
         if job.earmarked_gpus:
             self.claimants[job.id] = job
         if not allocated and job.requeued_at is not None and job.preemptions > 0:
@@ -465,14 +492,18 @@ class ClusterState:
         if not allocated:
             self._unallocated_asks[whole_gpus_asked(job)] += 1
         elif defragments_for(job):
-            self._defrag_asks.setdefault(_defrag_ask(job), [0, job])[0] += 1
-        if allocated and job.gpus and not job.earmarked_gpus:
-            self._charges.setdefault(job.project, Counter())[charge_of(job)] += 1
+            _count_in(self._defrag_asks, _defrag_ask(job), job)
         if allocated and not job.earmarked_gpus:
-            asked = self._asks.setdefault(job.project, {}).setdefault(_ask(job), [0, job])
-            if not asked[0]:
+            if job.gpus:
+                charges = self._charges.get(job.project)
+                if charges is None:
+                    charges = self._charges[job.project] = Counter()
+                charges[charge_of(job)] += 1
+            asks = self._asks.get(job.project)
+            if asks is None:
+                asks = self._asks[job.project] = {}
+            if _count_in(asks, _ask(job), job):
                 self.asks_version += 1
-            asked[0] += 1
         self._count_project(job.project, 1)
 
     def _remove_pending(self, job: PendingJob) -> None:
@@ -561,6 +592,16 @@ class ClusterState:
                                       for m in host.mig))
             hosts.append(host)
         self.topology = Topology(self.topology.domains, tuple(hosts))
+
+
+def _count_in(counted: dict[tuple, list], key: tuple, job: PendingJob) -> bool:
+    """Count a pending job under `key` in `counted` (key -> [how many, one of them]); True if the key is new."""
+    entry = counted.get(key)
+    if entry is None:
+        counted[key] = [1, job]
+        return True
+    entry[0] += 1
+    return False
 
 
 def _defrag_ask(job: PendingJob) -> tuple:
