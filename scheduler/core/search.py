@@ -51,6 +51,10 @@ class FailedSearch(NamedTuple):
     passed_over: bool
     charges: int
 
+    def stands_for(self, job: PendingJob) -> bool:
+        """Does it stand for this job of the same project and class: no smaller, charging no less?"""
+        return job.gpus >= self.gpus and charge_of(job) >= self.charge
+
 # What happened to a job that did not start.
 NEVER = "never"  # no healthy capacity could ever hold it
 NO_ROOM = "no_room"  # nothing fits now, nothing it may preempt
@@ -126,8 +130,9 @@ class BoundedSearch:
         # (project, class, reservations, whole domain, on one host) -> the last job of them that found nothing to
         # preempt.
         self._no_victims: dict[tuple, FailedSearch] = {}
-        # The same key -> every such search this tick, in order, for the reasons (`_found_no_victims`): neither
-        # room coming back (`_room_came_back`) nor a later search of a larger job forgets that a job's found none.
+        # The same key -> every such search this tick, in order, for the reasons (`_found_no_victims`; kept only
+        # when the tick explains): neither room coming back (`_room_came_back`) nor a later search of a larger job
+        # forgets that a job's found none.
         self._searched: dict[tuple, list[FailedSearch]] = {}
         # Units charged so far this tick by the allocated walk (`_charged`): a failed victim search stands only
         # until the next charge.
@@ -326,26 +331,22 @@ class BoundedSearch:
     def _search_for_reason(self, job: PendingJob, preempting: tuple, access: Access) -> FailedSearch | None:
         """The last failed victim search this tick of a job of its project and class that was no bigger and charged
         no more (`_searched`)."""
-        searched = self._searched.get(self._no_victims_key(job, preempting, access))
-        if searched:
-            gpus, charge = job.gpus, charge_of(job)
-            for failed in reversed(searched):
-                if gpus >= failed.gpus and charge >= failed.charge:
-                    return failed
-        return None
+        searched = self._searched.get(self._no_victims_key(job, preempting, access), ())
+        return next((failed for failed in reversed(searched) if failed.stands_for(job)), None)
 
     def _failed_search(self, job: PendingJob, preempting: tuple, access: Access) -> FailedSearch | None:
         """The last failed victim search of a job of its project and class, if it was no bigger and charged no
         more (`_no_victims`)."""
         failed = self._no_victims.get(self._no_victims_key(job, preempting, access))
-        return failed if failed is not None and job.gpus >= failed.gpus and charge_of(job) >= failed.charge else None
+        return failed if failed is not None and failed.stands_for(job) else None
 
     def _found_none(self, job: PendingJob, preempting: tuple, access: Access, failed: FailedSearch) -> None:
         """A victim search for the job found nothing: remembered for jobs alike (`_no_victims_for`) and for the
         reasons (`_found_no_victims`)."""
         key = self._no_victims_key(job, preempting, access)
         self._no_victims[key] = failed
-        self._searched.setdefault(key, []).append(failed)
+        if self.policy.explain:
+            self._searched.setdefault(key, []).append(failed)
 
     def _charged(self) -> None:
         """The allocated walk charged units for a job (rule 2). A unit charged is more served than before, so a

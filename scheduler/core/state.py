@@ -451,11 +451,8 @@ class ClusterState:
         self._note_pending(job)
         allocated = job.min_runtime > 0
         key = _order(job)
-        keys = self._queue_keys[allocated].get(job.project)
-        if keys is None:
-            keys = self._queue_keys[allocated][job.project] = []
-            self.queues[allocated][job.project] = []
-        queue = self.queues[allocated][job.project]
+        keys = self._queue_keys[allocated].setdefault(job.project, [])
+        queue = self.queues[allocated].setdefault(job.project, [])
         index = bisect_left(keys, key)
         keys.insert(index, key)
         queue.insert(index, job)

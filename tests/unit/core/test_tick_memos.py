@@ -92,6 +92,7 @@ def test_a_job_kept_out_of_other_reservations_than_a_failed_one_is_still_placed(
     assert ("j5", gpus_of("hgx-01-h01", 4, 4)) in [(s.job_id, s.gpu_ids) for s in decisions.starts]
     assert sorted(r.job_id for r in decisions.reservations) == ["j3", "j4"]
 
+
 # What a job's reason says when rule 4 found nothing for it (`explain.py`), read after the whole walk.
 NO_VICTIMS = "no running job may be preempted for it"
 
