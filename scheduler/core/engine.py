@@ -372,8 +372,8 @@ class Cycle(BoundedSearch, Explanation):
                 job.gpus, charge, self.victims.passed_over > passed_over, self._charges))
             if scope is not None:
                 self._scoped.setdefault(job.project, (scope.name, waiting))
-            if self._reserved and self._request(job).protected_for > 0:
-                # A reservation may have kept it from victims on the hosts it holds (rule 5).
+            if access:
+                # A reservation kept it from victims on the hosts it holds: it may not start under it (rule 5).
                 self._victims_kept_out = True
         self._blocked.setdefault(job.project, gainer)
         if self.reservation_attempts < self.policy.max_reservations:

@@ -158,8 +158,10 @@ class Explanation:
         why = ["is protected by its minimum runtime"]
         if any(self._victims_of.values()):
             why.append("is already leaving for a job ahead of it")
-        if self._victims_kept_out and self.reservations:
-            why.append(f"runs where GPUs are held for job {self.reservations[0].job_id}")
+        held_for = self._kept_out_of(job)
+        if held_for:
+            jobs = "job" if len(held_for) == 1 else "jobs"
+            why.append(f"runs where GPUs are held for {jobs} {reasons.job_list(held_for)}")
         why.append(f"belongs to project {job.project} or to a unit less served")
         return f"each {', '.join(why[:-1])}, or {why[-1]}"
 

@@ -277,6 +277,15 @@ class BoundedSearch:
         kept_out = bisect_left(reserved_until, self.now + req.protected_for)
         return (len(reserved_until), kept_out) if kept_out else 0
 
+    def _kept_out_of(self, job: PendingJob) -> list[str]:
+        """The jobs whose reservations this one may not start under (`_access`), by id: the hosts they hold are
+        closed to it, for starting and for preempting (`_host_filter`)."""
+        if not self._access(job):
+            return []
+        ends = self.now + self._request(job).protected_for
+        return sorted({host.reserved_for for host in self._reserved
+                       if host.reserved_for != job.id and host.reserved_until < ends})
+
     def _known_to_wait(self, job: PendingJob) -> bool:
         """This tick already showed the job can't start, preempt or reserve: record that it waits.
 

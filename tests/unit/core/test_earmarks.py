@@ -362,7 +362,8 @@ def test_a_reservation_never_counts_gpus_a_leaving_job_gives_to_another_jobs_cla
 
 def test_a_job_that_finds_every_running_job_protected_or_leaving_for_another_says_so() -> None:
     """q-1 and q-2 take p's two unprotected jobs; q-3 reserves the host whose job is protected; q-4 is told why
-    nothing may be preempted for it, leaving for a job ahead of it included."""
+    nothing may be preempted for it, leaving for a job ahead of it included, and the host held for q-3 (q-4's
+    protection would outlast the hold, so rule 5 keeps it off that host)."""
     cluster = topology(hgx("hgx-00"), hgx("hgx-01"), hgx("hgx-02"))
     running_jobs = [running("p-a", "p", gpus_of("hgx-00-h01", 8), start_time=0, seq=1),
                     running("p-b", "p", gpus_of("hgx-01-h01", 8), start_time=0, seq=2),
@@ -374,8 +375,26 @@ def test_a_job_that_finds_every_running_job_protected_or_leaving_for_another_say
     assert [(r.job_id, r.hosts) for r in decisions.reservations] == [("q-3", ("hgx-02-h01",))]
     reason = decisions.pending["q-4"].reason
     assert ("no running job may be preempted for it (each is protected by its minimum runtime, is already leaving "
-            "for a job ahead of it, or belongs to project q or to a unit less served)") in reason
+            "for a job ahead of it, runs where GPUs are held for job q-3, or belongs to project q or to a unit less "
+            "served)") in reason
 
+
+
+def test_a_job_the_hold_leaves_room_for_is_not_told_the_hold_keeps_it_out() -> None:
+    """As above, but q-4's protection ends before q-3's hold does: rule 5 lets it onto that host, and its reason
+    does not say the host is held for q-3."""
+    cluster = topology(hgx("hgx-00"), hgx("hgx-01"), hgx("hgx-02"))
+    running_jobs = [running("p-a", "p", gpus_of("hgx-00-h01", 8), start_time=0, seq=1),
+                    running("p-b", "p", gpus_of("hgx-01-h01", 8), start_time=0, seq=2),
+                    running("p-c", "p", gpus_of("hgx-02-h01", 8), start_time=DAY - 600, min_runtime=HOUR, seq=3)]
+    waiting = [pending(f"q-{i}", "q", 8, min_runtime=HOUR, submit_time=DAY - 60 + i, seq=10 + i) for i in range(1, 4)]
+    waiting.append(pending("q-4", "q", 8, min_runtime=600, submit_time=DAY - 50, seq=14))
+    decisions = schedule(snapshot(cluster, ORG, running_jobs=running_jobs, pending_jobs=waiting), now=DAY,
+                         policy=POLICY)
+    assert [(r.job_id, r.hosts) for r in decisions.reservations] == [("q-3", ("hgx-02-h01",))]
+    reason = decisions.pending["q-4"].reason
+    assert ("no running job may be preempted for it (each is protected by its minimum runtime, is already leaving "
+            "for a job ahead of it, or belongs to project q or to a unit less served)") in reason
 
 def test_gpus_a_claim_lets_go_mid_tick_go_to_the_jobs_after_it() -> None:
     """c holds a claim on 4 H100s (2 still its victim's, 2 free) but finds 4 A100s free and starts there; the 2

@@ -211,7 +211,8 @@ def _decided(decisions, explain: bool) -> tuple:
               sorted((p.job_id, p.preemptor) for p in decisions.preemptions),
               sorted((r.job_id, r.hosts, r.expected_start) for r in decisions.reservations))
     if explain:
-        result += (sorted((job_id, s.position, s.estimated_start) for job_id, s in decisions.pending.items()),)
+        result += (sorted((job_id, s.position, s.estimated_start, s.reason)
+                          for job_id, s in decisions.pending.items()),)
     return result
 
 
