@@ -25,7 +25,7 @@ from typing import NamedTuple
 from . import reasons
 from .capacity import Capacity, HostState
 from .fairshare import charge_of
-from .model import DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, backed_off_until
+from .model import ANY, DOMAIN, UP, WHOLE_GPU_MILLI, PendingJob, backed_off_until
 from .placement import (
     HostFilter,
     JobRequest,
@@ -239,7 +239,10 @@ class BoundedSearch:
         exact = (job.gpus, job.cpus, job.memory_gib) if job.cpus or job.memory_gib else None
         milli = job.gpu_milli if job.gpus == 1 else WHOLE_GPU_MILLI
         mig = job.mig_profile
-        kind = (job.gpus_per_host, milli, job.gpu_types, job.topology, sides, exact, mig)
+        # The core reads a job's topology only as "one domain or not" (placement, victims, rule 5's sweep and the
+        # reasons alike): `preferred` jobs are placed, preempt for and wait as `any` jobs do, in one class.
+        topology = DOMAIN if job.topology == DOMAIN else ANY
+        kind = (job.gpus_per_host, milli, job.gpu_types, topology, sides, exact, mig)
         pools = [pool for side in pools_in(self.capacity, sides, job.gpu_types) for pool in side]
         smallest_host = min((pool.largest_host for pool in pools), default=0)
         largest_group = max((pool.largest_group for pool in pools), default=0)
@@ -256,7 +259,7 @@ class BoundedSearch:
             placing = (*kind, per_pool)
             # It preempts within one domain whatever its topology only where one domain could hold it in every
             # pool; elsewhere a `domain` job may not span domains and an `any` job may.
-            within = DOMAIN if all(in_domain for _, in_domain in per_pool) else job.topology
+            within = DOMAIN if all(in_domain for _, in_domain in per_pool) else topology
             preempting = (per_host, milli, job.gpu_types, within, sides, exact, mig, per_pool)
         else:
             placing = preempting = kind

@@ -168,7 +168,8 @@ class _DecidedInFull:
 
 def _cluster(seed: int):
     """A small, busy cluster: 8-GPU H100 hosts beside 4-GPU GB200 domains, flat or two-level orgs, running jobs
-    past and within their protection, and waiting jobs of every size, some needing one domain."""
+    past and within their protection, and waiting jobs of every size, some needing one domain, some preferring
+    one."""
     rng = random.Random(seed)
     hgxs, nvls = rng.randint(1, 3), rng.randint(0, 2)
     topo = topology(*[hgx(f"hgx-{i:02}", gpu_type="H100") for i in range(hgxs)],
@@ -200,7 +201,9 @@ def _cluster(seed: int):
     for n in range(rng.randint(4, 24)):
         project = rng.choice([*projects, "free"])
         gpus = rng.choice([1, 2, 4, 8, 12, 16])
-        shape = {"topology": "domain"} if gpus >= 8 and nvls and rng.random() < 0.3 else {}
+        # A `preferred` job is placed and preempts for as an `any` one does: one class with it (`_classes_of`).
+        shape = {"topology": "domain"} if gpus >= 8 and nvls and rng.random() < 0.3 else \
+            {"topology": "preferred"} if rng.random() < 0.3 else {}
         waiting.append(pending(f"j{n}", project, gpus, min_runtime=0 if project == "free" else rng.choice(
             [HOUR, 8 * HOUR]), submit_time=float(n), **shape))
     return snapshot(topo, org, running_jobs=runs, pending_jobs=waiting)
