@@ -379,7 +379,6 @@ def test_a_job_that_finds_every_running_job_protected_or_leaving_for_another_say
             "served)") in reason
 
 
-
 def test_a_job_the_hold_leaves_room_for_is_not_told_the_hold_keeps_it_out() -> None:
     """As above, but q-4's protection ends before q-3's hold does: rule 5 lets it onto that host, and its reason
     does not say the host is held for q-3."""
@@ -395,6 +394,7 @@ def test_a_job_the_hold_leaves_room_for_is_not_told_the_hold_keeps_it_out() -> N
     reason = decisions.pending["q-4"].reason
     assert ("no running job may be preempted for it (each is protected by its minimum runtime, is already leaving "
             "for a job ahead of it, or belongs to project q or to a unit less served)") in reason
+
 
 def test_gpus_a_claim_lets_go_mid_tick_go_to_the_jobs_after_it() -> None:
     """c holds a claim on 4 H100s (2 still its victim's, 2 free) but finds 4 A100s free and starts there; the 2
