@@ -136,10 +136,12 @@ class Explanation:
         _, placing, preempting = self._classes(job)
         access = self._access(job)
         blocked = self._reservation_blocking(placing, access)
+        # The last failed victim search this tick that stands for it, if any.
+        failed = None if blocked or job.min_runtime <= 0 else self._search_for_reason(job, preempting, access)
         if blocked:
             text = f"{text}; {blocked}"
-        elif job.min_runtime > 0 and (self._found_no_victims(job, preempting, access) or not self.victims.live):
-            if self._waits_for_checkpoints(job, preempting, access):
+        elif job.min_runtime > 0 and (failed is not None or not self.victims.live):
+            if failed is not None and failed.passed_over:
                 text += ("; the jobs it may preempt are between their checkpoints: each is taken early in an "
                          "interval or in the grace period before its next checkpoint, so that it loses little work")
             elif job.project in self._scoped:

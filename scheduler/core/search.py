@@ -130,7 +130,7 @@ class BoundedSearch:
         # (project, class, reservations, whole domain, on one host) -> the last job of them that found nothing to
         # preempt.
         self._no_victims: dict[tuple, FailedSearch] = {}
-        # The same key -> every such search this tick, in order, for the reasons (`_found_no_victims`; kept only
+        # The same key -> every such search this tick, in order, for the reasons (`_search_for_reason`; kept only
         # when the tick explains): neither room coming back (`_room_came_back`) nor a later search of a larger job
         # forgets that a job's found none.
         self._searched: dict[tuple, list[FailedSearch]] = {}
@@ -281,13 +281,10 @@ class BoundedSearch:
         return (len(reserved_until), kept_out) if kept_out else 0
 
     def _kept_out_of(self, job: PendingJob) -> list[str]:
-        """The jobs whose reservations this one may not start under (`_access`), by id: the hosts they hold are
-        closed to it, for starting and for preempting (`_host_filter`)."""
-        if not self._access(job):
-            return []
-        ends = self.now + self._request(job).protected_for
-        return sorted({host.reserved_for for host in self._reserved
-                       if host.reserved_for != job.id and host.reserved_until < ends})
+        """The jobs whose reservations this one may not start under, by id: the hosts they hold are closed to it,
+        for starting and for preempting (`_host_filter`)."""
+        allowed = self._host_filter(self._request(job))
+        return sorted({host.reserved_for for host in self._reserved if not allowed(host)})
 
     def _known_to_wait(self, job: PendingJob) -> bool:
         """This tick already showed the job can't start, preempt or reserve: record that it waits.
@@ -329,20 +326,10 @@ class BoundedSearch:
         failed = self._failed_search(job, preempting, access)
         return failed is not None and failed.charges == self._charges
 
-    def _found_no_victims(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
-        """For its reason: did a job of its project and class, no bigger and charging no more, find nothing to
-        preempt this tick (before a charge or after, before room came back or after)?"""
-        return self._search_for_reason(job, preempting, access) is not None
-
-    def _waits_for_checkpoints(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
-        """For its reason: did that search pass over jobs between their declared checkpoints
-        (`model.checkpoint_window`)?"""
-        failed = self._search_for_reason(job, preempting, access)
-        return failed is not None and failed.passed_over
-
     def _search_for_reason(self, job: PendingJob, preempting: tuple, access: Access) -> FailedSearch | None:
-        """The last failed victim search this tick of a job of its project and class that was no bigger and charged
-        no more (`_searched`)."""
+        """For its reason: the last failed victim search this tick of a job of its project and class that was no
+        bigger and charged no more (`_searched`: before a charge or after, before room came back or after), if
+        any; whether it passed over jobs between their declared checkpoints is its `passed_over`."""
         searched = self._searched.get(self._no_victims_key(job, preempting, access), ())
         return next((failed for failed in reversed(searched) if failed.stands_for(job)), None)
 
@@ -354,7 +341,7 @@ class BoundedSearch:
 
     def _found_none(self, job: PendingJob, preempting: tuple, access: Access, failed: FailedSearch) -> None:
         """A victim search for the job found nothing: remembered for jobs alike (`_no_victims_for`) and for the
-        reasons (`_found_no_victims`)."""
+        reasons (`_search_for_reason`)."""
         key = self._no_victims_key(job, preempting, access)
         self._no_victims[key] = failed
         if self.policy.explain:

@@ -381,11 +381,13 @@ def test_a_job_that_finds_every_running_job_protected_or_leaving_for_another_say
 
 def test_a_job_the_hold_leaves_room_for_is_not_told_the_hold_keeps_it_out() -> None:
     """As above, but q-4's protection ends before q-3's hold does: rule 5 lets it onto that host, and its reason
-    does not say the host is held for q-3."""
-    cluster = topology(hgx("hgx-00"), hgx("hgx-01"), hgx("hgx-02"))
+    does not say the host is held for q-3. (q's own job past its protection on a fourth host is one q-4 may never
+    take: q-4 searches, finds nothing, and is told why.)"""
+    cluster = topology(hgx("hgx-00"), hgx("hgx-01"), hgx("hgx-02"), hgx("hgx-03"))
     running_jobs = [running("p-a", "p", gpus_of("hgx-00-h01", 8), start_time=0, seq=1),
                     running("p-b", "p", gpus_of("hgx-01-h01", 8), start_time=0, seq=2),
-                    running("p-c", "p", gpus_of("hgx-02-h01", 8), start_time=DAY - 600, min_runtime=HOUR, seq=3)]
+                    running("p-c", "p", gpus_of("hgx-02-h01", 8), start_time=DAY - 600, min_runtime=HOUR, seq=3),
+                    running("q-0", "q", gpus_of("hgx-03-h01", 8), start_time=0, min_runtime=HOUR, seq=4)]
     waiting = [pending(f"q-{i}", "q", 8, min_runtime=HOUR, submit_time=DAY - 60 + i, seq=10 + i) for i in range(1, 4)]
     waiting.append(pending("q-4", "q", 8, min_runtime=600, submit_time=DAY - 50, seq=14))
     decisions = schedule(snapshot(cluster, ORG, running_jobs=running_jobs, pending_jobs=waiting), now=DAY,
