@@ -225,12 +225,13 @@ def whole_gpus_asked(job: PendingJob) -> int:
     return job.gpus
 
 
-# What a tick's decision reads of a pending job but who it is and what it carries from earlier ticks: a claim and
-# a back-off, which the tick looks at job by job, and a longer protection after preemptions, which only narrows
-# the hosts a job may start on under a reservation. Jobs alike in all of it wait alike once one is known to wait
-# (a tick's verdicts are kept per such class, `search.BoundedSearch._known_to_wait`).
+# What a tick's decision reads of a pending job but who it is and what it carries from earlier ticks that the tick
+# looks at job by job (a claim, a back-off). Jobs alike in all of it wait alike once one is known to wait (a tick's
+# verdicts are kept per such class, `search.BoundedSearch._known_to_wait`). The preemptions so far and the restart
+# overhead are in it: they lengthen the next run's protection (`run_shield`), which decides the reservations a job
+# may start under (rule 5), so a job preempted before may be kept off held hosts that a job otherwise alike may use.
 alike = attrgetter("project", "gpus", "gpus_per_host", "gpu_milli", "gpu_types", "topology", "min_runtime",
-                   "max_runtime", "cpus", "memory_gib", "mig_profile")
+                   "max_runtime", "cpus", "memory_gib", "mig_profile", "preemptions", "restart_overhead")
 
 
 @dataclass(frozen=True)

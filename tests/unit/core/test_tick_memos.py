@@ -1,13 +1,15 @@
 """What a tick learns from one job stands for another only where the rules would give that job the same answer.
 
 A tick remembers failures (a job that did not fit, a job that found nothing to preempt) and lets them stand for
-jobs alike that come later in the walk (search.py). Three ways that went wrong, each a decision the rules do not
+jobs alike that come later in the walk (search.py). Four ways that went wrong, each a decision the rules do not
 make:
 - a unit charged for a job it started is more served than before, so a job of another unit may now take from it
   (rule 4b): a search that failed before that charge no longer stands;
 - between the smallest host and the largest domain, a job's shape differs from pool to pool: an 8-GPU job must
   have one 8-GPU host to itself, a 12-GPU one may span two, so the 8-GPU job's failure says nothing of it;
-- with several reservations, "kept out of the first k" named different reservations as more were made.
+- with several reservations, "kept out of the first k" named different reservations as more were made;
+- a job preempted before is protected longer when it runs again, so a reservation may keep it off hosts that a job
+  otherwise alike may start on (rule 5): a verdict on the one said nothing of the other.
 The property at the end compares every tick with one that decides each job in full.
 """
 
@@ -95,6 +97,31 @@ def test_a_job_kept_out_of_other_reservations_than_a_failed_one_is_still_placed(
 
 # What a job's reason says when rule 4 found nothing for it (`explain.py`), read after the whole walk.
 NO_VICTIMS = "no running job may be preempted for it"
+
+
+def test_a_job_never_preempted_starts_under_a_reservation_that_keeps_out_jobs_alike_preempted_before() -> None:
+    """p's 8-GPU job holds hgx-01 until x's job there ends, in 10 hours; its 4 other GPUs are free. x's three
+    4-GPU jobs ask for 8 hours: the first two were preempted before, so their next runs are protected for 16
+    hours and may not start on the held host; the third never was, its 8 hours end before the hold does, and it
+    starts there (rule 5). Before, the second job's verdict (it waits) stood for the third, a job alike in all
+    but its preemptions, which kept it waiting."""
+    org = units(("p", None, 50.0, 0.0), ("x", None, 50.0, 100.0))
+    snap = snapshot(
+        topology(hgx("hgx-00"), hgx("hgx-01")), org,
+        running_jobs=[running("x-run", "x", gpus_of("hgx-00-h01", 8), start_time=DAY - 600, min_runtime=8 * HOUR,
+                              preemptions=2),
+                      running("x-ends", "x", gpus_of("hgx-01-h01", 4), start_time=DAY - 600, min_runtime=8 * HOUR,
+                              preemptions=2, max_runtime=10 * HOUR + 600)],
+        pending_jobs=[pending("p-big", "p", 8, min_runtime=HOUR, submit_time=0.0),
+                      pending("x-1", "x", 4, min_runtime=8 * HOUR, preemptions=1, submit_time=1.0),
+                      pending("x-2", "x", 4, min_runtime=8 * HOUR, preemptions=1, submit_time=2.0),
+                      pending("x-3", "x", 4, min_runtime=8 * HOUR, submit_time=3.0)])
+
+    decisions = schedule(snap, now=DAY, policy=Policy(tick=5, max_reservations=1))
+
+    assert [(r.job_id, r.hosts) for r in decisions.reservations] == [("p-big", ("hgx-01-h01",))]
+    assert [s.job_id for s in decisions.starts] == ["x-3"]
+    assert "this job's minimum runtime would outlast that" in decisions.pending["x-2"].reason
 
 
 def test_a_job_that_found_nothing_to_preempt_says_so_after_a_larger_job_alike_searched_again() -> None:
@@ -205,7 +232,8 @@ def _cluster(seed: int):
         shape = {"topology": "domain"} if gpus >= 8 and nvls and rng.random() < 0.3 else \
             {"topology": "preferred"} if rng.random() < 0.3 else {}
         waiting.append(pending(f"j{n}", project, gpus, min_runtime=0 if project == "free" else rng.choice(
-            [HOUR, 8 * HOUR]), submit_time=float(n), **shape))
+            [HOUR, 8 * HOUR]), submit_time=float(n), preemptions=rng.choice([0, 0, 1, 2]),
+            restart_overhead=rng.choice([None, None, 1800.0]), **shape))
     return snapshot(topo, org, running_jobs=runs, pending_jobs=waiting)
 
 
