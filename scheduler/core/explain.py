@@ -202,8 +202,8 @@ class Explanation:
             return ""
         first = self.reservations[0]
         return (f"the free GPUs that fit were reserved for job {first.job_id} (it starts "
-                f"{reasons.format_time(first.expected_start, self.now)}), and this job's "
-                f"minimum runtime would outlast that")
+                f"{reasons.format_time(first.expected_start, self.now)}), and this job's protection "
+                f"(its minimum runtime, longer after a preemption) would outlast that")
 
     def _release_timeline(self) -> tuple[list[float], list[int]]:
         """When GPUs come back to the schedulable pool, and how many by then (cumulative)."""

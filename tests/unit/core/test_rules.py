@@ -61,7 +61,8 @@ def reservation_backfill() -> Case:
                                                                            pending_jobs=jobs), NOW,
         started_in={"ten-minutes": {"rack"}, "free": {"rack"}}, reserved={"large": "rack"},
         facts={"large": ("rack is reserved for it and frees in 2h1m",),
-               "three-hours": ("were reserved for job large", "minimum runtime would outlast that")},
+               "three-hours": ("were reserved for job large", "protection (its minimum runtime, longer after a "
+                                                                 "preemption) would outlast that")},
     )
 
 
