@@ -379,13 +379,7 @@ class Cycle(BoundedSearch, Explanation):
         if self.reservation_attempts < self.policy.max_reservations:
             self.reservation_attempts += 1
             return self._reserve(job, charge)
-        wait = self.waits[job.id] = self._waiting(job, kind, access)
-        if not (job.earmarked_gpus or job.id in self.in_flight):
-            # The verdict `_verdict` would now give every job of its class (they ask, charge and may start under
-            # the reservations this one does: `model.alike`) until the next charge, reservation or room coming back:
-            # no rule 5 attempt left, and this job's failed placement and victim search stand for them. Kept, so
-            # the next such job is not worked out again. A job owed GPUs leaves no failed placement behind.
-            self._verdicts[self._class_of[job.id]] = wait
+        self._waits_alike(job, kind, access)
         return False
 
     def _preemption_scope(self, gainer: UnitNode) -> tuple[UnitNode | None, str]:

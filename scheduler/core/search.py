@@ -369,8 +369,23 @@ class BoundedSearch:
             wait = self._waiting_alike[key] = self._carried_no_room.get(key) or Wait(NO_ROOM)
         return wait
 
+    def _waits_alike(self, job: PendingJob, kind: tuple, access: Access) -> None:
+        """An allocated job decided in full waits: its placement and victim search failed and no rule 5 attempt
+        is left. That is the verdict `_verdict` would now give every job of its class (they ask, charge and may
+        start under the reservations it does: `model.alike`) until the next charge, reservation or room coming
+        back, so it is kept as theirs and the next such job is not worked out again. A job owed GPUs leaves no
+        failed placement behind (`_placement`), so no verdict either."""
+        wait = self.waits[job.id] = self._waiting(job, kind, access)
+        if not self._owed(job):
+            self._verdicts[self._class_of[job.id]] = wait
+
+    def _owed(self, job: PendingJob) -> bool:
+        """Are GPUs owed to the job (a claim carried from earlier ticks, or victims leaving for it)? Such a job is
+        placed on them whatever jobs alike showed, and its failure stands for none of them."""
+        return bool(job.earmarked_gpus) or job.id in self.in_flight
+
     def _placement(self, job: PendingJob) -> Placement | None:
-        owed = job.earmarked_gpus or job.id in self.in_flight
+        owed = self._owed(job)
         key = (self._classes(job)[1], self._access(job))
         if not owed and self._fits_nowhere(job, key):
             return None

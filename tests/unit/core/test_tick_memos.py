@@ -101,10 +101,10 @@ NO_VICTIMS = "no running job may be preempted for it"
 
 def test_a_job_never_preempted_starts_under_a_reservation_that_keeps_out_jobs_alike_preempted_before() -> None:
     """p's 8-GPU job holds hgx-01 until x's job there ends, in 10 hours; its 4 other GPUs are free. x's three
-    4-GPU jobs ask for 8 hours: the first two were preempted before, so their next runs are protected for
-    about 16 hours and may not start on the held host; the third never was, its 8 hours end before the hold does, and it
-    starts there (rule 5). Before, the second job's verdict (it waits) stood for the third, a job alike in all
-    but its preemptions, which kept it waiting."""
+    4-GPU jobs ask for 8 hours: the first two were preempted before, so their next runs are protected for about
+    16 hours and may not start on the held host; the third never was, its 8 hours end before the hold does, and
+    it starts there (rule 5). Before, the second job's verdict (it waits) stood for the third, a job alike in
+    all but its preemptions, which kept it waiting."""
     org = units(("p", None, 50.0, 0.0), ("x", None, 50.0, 100.0))
     snap = snapshot(
         topology(hgx("hgx-00"), hgx("hgx-01")), org,
