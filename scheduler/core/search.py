@@ -322,9 +322,21 @@ class BoundedSearch:
 
     def _no_victims_for(self, job: PendingJob, preempting: tuple, access: Access) -> bool:
         """Did a job of its project and class, no bigger and charging no more, find nothing to preempt since the
-        last charge (`_charged`)? Then this one would find nothing either."""
+        last charge (`_charged`)? Then this one would find nothing either. With reasons, the search must also
+        tell why (`_tells_why`), or the job searches itself."""
         failed = self._failed_search(job, preempting, access)
-        return failed is not None and failed.charges == self._charges
+        return failed is not None and failed.charges == self._charges and (
+            not self.policy.explain or self._tells_why(failed, job))
+
+    def _tells_why(self, failed: FailedSearch, job: PendingJob) -> bool:
+        """Is a failed victim search that stands for this job also its reason (explain.py: it passed over jobs
+        between their declared checkpoints, or not)? One that passed over none is: a search passes over only
+        jobs that could have made room, fewer for a larger job or one charging more (fewer units may be taken
+        from). One that passed over some is only for a job of its GPUs and charge: the jobs passed over may be of
+        no use to another. (Until the next charge the walk takes a project's jobs one after another, so they
+        search in one scope, `Cycle._preemption_scope`; and jobs of one class ask and charge alike, so its
+        verdict is theirs.)"""
+        return not failed.passed_over or (failed.gpus == job.gpus and failed.charge == charge_of(job))
 
     def _search_for_reason(self, job: PendingJob, preempting: tuple, access: Access) -> FailedSearch | None:
         """For its reason: the last failed victim search this tick of a job of its project and class that was no

@@ -1,15 +1,18 @@
 """What a tick learns from one job stands for another only where the rules would give that job the same answer.
 
 A tick remembers failures (a job that did not fit, a job that found nothing to preempt) and lets them stand for
-jobs alike that come later in the walk (search.py). Four ways that went wrong, each a decision the rules do not
-make:
+jobs alike that come later in the walk (search.py). Five ways that went wrong, each a decision (or a reason) the
+rules do not make:
 - a unit charged for a job it started is more served than before, so a job of another unit may now take from it
   (rule 4b): a search that failed before that charge no longer stands;
 - between the smallest host and the largest domain, a job's shape differs from pool to pool: an 8-GPU job must
   have one 8-GPU host to itself, a 12-GPU one may span two, so the 8-GPU job's failure says nothing of it;
 - with several reservations, "kept out of the first k" named different reservations as more were made;
 - a job preempted before is protected longer when it runs again, so a reservation may keep it off hosts that a job
-  otherwise alike may start on (rule 5): a verdict on the one said nothing of the other.
+  otherwise alike may start on (rule 5): a verdict on the one said nothing of the other;
+- a search that passed over a job between its checkpoints tells the job it searched for to wait for that
+  checkpoint, but a larger job, or one charging more, may have had no use for the job passed over: the search
+  stands for it as a failure, not as its reason.
 The property at the end compares every tick with one that decides each job in full.
 """
 
@@ -145,6 +148,26 @@ def test_a_job_that_found_nothing_to_preempt_says_so_after_a_larger_job_alike_se
     assert decisions.preemptions == ()
     assert NO_VICTIMS in decisions.pending["x"].reason
     assert NO_VICTIMS in decisions.pending["y"].reason
+
+
+def test_a_larger_job_that_could_not_use_a_job_between_its_checkpoints_is_not_told_it_waits_for_one() -> None:
+    """p's 2-GPU job on hgx-00 is past its protection but 40 minutes into an hour between checkpoints; p's other 6
+    GPUs there are protected. x's 2-GPU job could take the 2 GPUs and waits for that checkpoint (rule 4). x's
+    8-GPU job, of the same class, could not use them (it needs the whole host): no running job may be
+    preempted for it, and its reason says so. Before, the smaller job's search stood for it, reason and all."""
+    org = units(("p", None, 50.0, 300.0), ("x", None, 50.0))
+    snap = snapshot(
+        topology(hgx("hgx-00")), org,
+        running_jobs=[running("p-ckpt", "p", gpus_of("hgx-00-h01", 2), start_time=DAY - 20 * HOUR,
+                              checkpoint_every=HOUR, last_checkpoint=DAY - 2400),
+                      running("p-new", "p", gpus_of("hgx-00-h01", 6, 2), start_time=DAY - 600, min_runtime=8 * HOUR)],
+        pending_jobs=[pending("x-small", "x", 2, submit_time=0.0), pending("x-big", "x", 8, submit_time=1.0)])
+
+    decisions = schedule(snap, now=DAY, policy=Policy(tick=5, max_reservations=0))
+
+    assert decisions.starts == () and decisions.preemptions == ()
+    assert "between their checkpoints" in decisions.pending["x-small"].reason
+    assert NO_VICTIMS in decisions.pending["x-big"].reason
 
 
 def test_a_job_that_found_nothing_to_preempt_says_so_after_a_claim_let_gpus_go_later_in_the_tick() -> None:
