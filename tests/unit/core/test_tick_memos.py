@@ -19,11 +19,12 @@ The property at the end compares every tick with one that decides each job in fu
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.core import Policy, preemption, schedule, search
+from scheduler.core import PREEMPTING, Policy, preemption, schedule, search
 
 from .builders import DAY, HOUR, domain, gpus_of, hgx, pending, running, snapshot, topology, units
 
@@ -218,13 +219,16 @@ class _DecidedInFull:
 
 
 def _cluster(seed: int):
-    """A small, busy cluster: 8-GPU H100 hosts beside 4-GPU GB200 domains, flat or two-level orgs, running jobs
-    past and within their protection, and waiting jobs of every size, some needing one domain, some preferring
-    one."""
+    """A small, busy cluster: 8-GPU H100 hosts beside 4-GPU GB200 domains, sometimes with CPUs and memory to ask
+    for; flat or two-level orgs; running jobs past and within their protection, some sharing a GPU, some with a
+    maximum runtime, some between declared checkpoints, some leaving for a waiting job; and waiting jobs of every
+    size, some needing one domain, some preferring one, some asking GPUs per host, a GPU type, a fraction, a
+    maximum runtime or CPUs, some preempted before."""
     rng = random.Random(seed)
     hgxs, nvls = rng.randint(1, 3), rng.randint(0, 2)
-    topo = topology(*[hgx(f"hgx-{i:02}", gpu_type="H100") for i in range(hgxs)],
-                    *[domain(f"nvl-{i:02}", 4, 4) for i in range(nvls)])
+    cpus = rng.choice([0, 0, 64])
+    topo = topology(*[hgx(f"hgx-{i:02}", gpu_type="H100", cpus=cpus, memory_gib=cpus * 8) for i in range(hgxs)],
+                    *[domain(f"nvl-{i:02}", 4, 4, cpus=cpus, memory_gib=cpus * 8) for i in range(nvls)])
     hosts = [(f"hgx-{i:02}-h01", 8) for i in range(hgxs)] + [(f"nvl-{i:02}-h{h:02}", 4)
                                                               for i in range(nvls) for h in range(1, 5)]
     if rng.random() < 0.5:
@@ -244,20 +248,48 @@ def _cluster(seed: int):
             if used + gpus > size:
                 break
             project = rng.choice([*projects, "free"])
+            extra = {}
+            if rng.random() < 0.3:
+                extra.update(checkpoint_every=rng.choice([1800.0, 3 * HOUR]),
+                             last_checkpoint=DAY - rng.choice([300, 1500, 2 * HOUR]))
+            if rng.random() < 0.2:
+                extra["max_runtime"] = rng.choice([HOUR * 21, 30 * HOUR])
+            if cpus:
+                extra.update(cpus=8 * gpus, memory_gib=64 * gpus)
+            if gpus == 1 and rng.random() < 0.3:
+                extra["gpu_milli"] = 500
+            min_runtime = 0 if project == "free" else rng.choice([HOUR, 2 * HOUR, 8 * HOUR])
             runs.append(running(f"r{len(runs)}", project, gpus_of(host, gpus, used),
-                                start_time=DAY - rng.choice([600, 3 * HOUR, 20 * HOUR]),
-                                min_runtime=0 if project == "free" else rng.choice([HOUR, 2 * HOUR, 8 * HOUR])))
+                                start_time=DAY - rng.choice([600, 3 * HOUR, 20 * HOUR]), min_runtime=min_runtime,
+                                **extra))
             used += gpus
     waiting = []
     for n in range(rng.randint(4, 24)):
         project = rng.choice([*projects, "free"])
         gpus = rng.choice([1, 2, 4, 8, 12, 16])
         # A `preferred` job is placed and preempts for as an `any` one does: one class with it (`_classes_of`).
-        shape = {"topology": "domain"} if gpus >= 8 and nvls and rng.random() < 0.3 else \
+        ask = {"topology": "domain"} if gpus >= 8 and nvls and rng.random() < 0.3 else \
             {"topology": "preferred"} if rng.random() < 0.3 else {}
+        if gpus >= 8 and rng.random() < 0.3:
+            ask["gpus_per_host"] = rng.choice([4, 8]) if gpus % 8 == 0 else 4
+        if gpus == 1 and rng.random() < 0.3:
+            ask["gpu_milli"] = rng.choice([250, 500])
+        if rng.random() < 0.2:
+            ask["gpu_types"] = frozenset([rng.choice(["H100", "GB200"])])
+        if rng.random() < 0.3:
+            ask["max_runtime"] = rng.choice([2 * HOUR, 5 * HOUR, 12 * HOUR])
+        if cpus and rng.random() < 0.5:
+            ask.update(cpus=rng.choice([4, 8, 24]) * gpus, memory_gib=rng.choice([64, 256]))
         waiting.append(pending(f"j{n}", project, gpus, min_runtime=0 if project == "free" else rng.choice(
             [HOUR, 8 * HOUR]), submit_time=float(n), preemptions=rng.choice([0, 0, 1, 2]),
-            restart_overhead=rng.choice([None, None, 1800.0]), **shape))
+            restart_overhead=rng.choice([None, None, 1800.0]), **ask))
+    # A running job leaving for a waiting allocated job (its victim, in its grace period), whose GPUs are held
+    # for it.
+    claimants = [n for n, job in enumerate(waiting) if job.min_runtime > 0]
+    if runs and claimants and rng.random() < 0.3:
+        n, victim = rng.choice(claimants), rng.randrange(len(runs))
+        runs[victim] = replace(runs[victim], state=PREEMPTING, preempted_for=waiting[n].id, grace_ends=DAY + 30)
+        waiting[n] = replace(waiting[n], earmarked_gpus=runs[victim].gpu_ids)
     return snapshot(topo, org, running_jobs=runs, pending_jobs=waiting)
 
 
