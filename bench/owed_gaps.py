@@ -38,7 +38,7 @@ KINDS = (
     ("less served than it under", "a less-served sibling waits (rule 4's scope)"),
     ("between their checkpoints", "the jobs it may take are between checkpoints"),
     ("no running job may be preempted", "no running job it may take (protected, its own, or less served)"),
-    ("were reserved for job", "another job's reservation keeps it out"),
+    ("the free GPUs that fit were", "another job's reservation keeps it out"),
 )
 
 

@@ -196,14 +196,22 @@ class Explanation:
         return f"{free} free"
 
     def _reservation_blocking(self, placing: tuple, access: Access) -> str:
-        """If, at its turn, only a reservation kept a job of this placement class and reservation access
-        (`_access`) out: whose, and until when."""
+        """If, at its turn, only reservations kept a job of this placement class and reservation access
+        (`_access`) out: whose, and when those jobs start."""
         if (placing, access) not in self._kept_out:
             return ""
-        first = self.reservations[0]
-        return (f"the free GPUs that fit were reserved for job {first.job_id} (it starts "
-                f"{reasons.format_time(first.expected_start, self.now)}), and this job's protection "
-                f"(its minimum runtime, longer after a preemption) would outlast that")
+        # Of the reservations made by its turn, it was kept out of those ending first (`_access`).
+        made, kept_out = access
+        ends = self._hold_ends[:made]
+        last = sorted(ends)[kept_out - 1]
+        whose = [f"{r.job_id} (it starts {reasons.format_time(r.expected_start, self.now)})"
+                 for r, end in zip(self.reservations[:made], ends, strict=True) if end <= last]
+        if len(whose) == 1:
+            return (f"the free GPUs that fit were reserved for job {whose[0]}, and this job's protection "
+                    f"(its minimum runtime, longer after a preemption) would outlast that")
+        return (f"the free GPUs that fit were under the reservations of jobs {', '.join(whose[:-1])} and "
+                f"{whose[-1]}, and this job's protection (its minimum runtime, longer after a preemption) would "
+                f"outlast them")
 
     def _release_timeline(self) -> tuple[list[float], list[int]]:
         """When GPUs come back to the schedulable pool, and how many by then (cumulative)."""

@@ -273,3 +273,35 @@ def test_a_job_that_may_span_hosts_starts_though_a_smaller_one_host_job_did_not_
                                   pending_jobs=jobs), now=NOW, policy=Policy(tick=5))
     assert [s.job_id for s in decisions.starts] == ["eight"]
     assert len(decisions.starts[0].gpu_ids) == 8
+
+
+def test_a_job_kept_out_of_reservations_is_told_whose() -> None:
+    """Two reservations: large-a's on rack-a (only GB200 will do; its jobs are protected for 10 hours, none of its
+    GPUs free) is made first, large-b's on rack-b (it starts in about 2 hours) second. A 3-hour job may start
+    under large-a's, not under large-b's, and only rack-b has GPUs free: its reason names large-b's reservation,
+    the one that kept it out. Before, it named the tick's first reservation, large-a's, which did not. A job
+    preempted before and asking 8 hours is protected for 16 on its restart: it may start under neither, and its
+    reason names both."""
+    rack_a = nvl72("rack-a")
+    rack_b = nvl72("rack-b", gpu_type="GB300")
+    held = [running(f"a-{n}", "other", gpus_of(f"rack-a-h{n:02d}", 4), start_time=NOW, min_runtime=10 * HOUR)
+            for n in range(1, 19)]
+    held += [running(f"b-{n}", "other", gpus_of(f"rack-b-h{n:02d}", 4), start_time=NOW, min_runtime=2 * HOUR)
+             for n in range(1, 17)]
+    org = units(("big", None, 50), ("other", None, 50, 500))
+    jobs = [pending("large-a", "big", 72, topology=DOMAIN, gpu_types=frozenset({"GB200"})),
+            pending("large-b", "big", 72, topology=DOMAIN, submit_time=1),
+            pending("three-hours", "other", 4, min_runtime=3 * HOUR, submit_time=2),
+            pending("restarting", "other", 4, min_runtime=8 * HOUR, preemptions=1, submit_time=3)]
+    policy = Policy(tick=5, max_min_runtime=10 * HOUR, max_reservations=2)
+
+    decisions = schedule(snapshot(topology(rack_a, rack_b), org, running_jobs=held, pending_jobs=jobs), now=NOW,
+                         policy=policy)
+
+    assert [(r.job_id, r.domain) for r in decisions.reservations] == [("large-a", "rack-a"), ("large-b", "rack-b")]
+    assert decisions.starts == ()
+    reason = decisions.pending["three-hours"].reason
+    assert "the free GPUs that fit were reserved for job large-b (it starts in 2h1m)" in reason
+    assert "large-a" not in reason
+    assert ("were under the reservations of jobs large-a (it starts in 10h1m) and large-b (it starts in 2h1m)"
+            in decisions.pending["restarting"].reason)
