@@ -1,11 +1,11 @@
 """A kept state decides exactly as a state built afresh from the equivalent snapshot (issue: incremental core).
 
-Random event sequences — submissions of every kind of job, ticks whose decisions the state commits, runs
-that finish, victims that leave after their grace period and requeue, checkpoints, hosts that go down,
-drain and come back, usage that moves — are played on one `ClusterState`. Before every tick the state's
-`snapshot()` is decided by `schedule()` (which builds everything from scratch); the kept state's decision
-must be the same, whole: starts, preemptions, reservations, claims, every pending job's reason, position
-and estimate, the ratios.
+Random event sequences — submissions of every kind of job (some declaring checkpoints or their own restart
+overhead), ticks whose decisions the state commits, runs that finish, victims that leave after their grace
+period and requeue, checkpoints, hosts that go down, drain and come back, usage that moves — are played on
+one `ClusterState`. Before every tick the state's `snapshot()` is decided by `schedule()` (which builds
+everything from scratch); the kept state's decision must be the same, whole: starts, preemptions,
+reservations, claims, every pending job's reason, position and estimate, the ratios.
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ def _job(rng: random.Random, serial: int, now: float):
         fields["gpu_types"] = frozenset({rng.choice(("GB200", "H100"))})
     if rng.random() < 0.1:
         fields["max_runtime"] = rng.choice((1800.0, 3 * HOUR))
+    if rng.random() < 0.3:
+        fields["checkpoint_every"] = rng.choice((600.0, 1800.0, HOUR))
+    if rng.random() < 0.2:
+        fields["restart_overhead"] = rng.choice((0.0, 120.0, 900.0))
     min_runtime = rng.choice((300.0, 600.0, HOUR, 2 * HOUR)) if allocated else 0.0
     if "max_runtime" in fields:
         fields["max_runtime"] = max(fields["max_runtime"], min_runtime)
@@ -142,7 +146,8 @@ def _as_pending(job, now: float):
                    min_runtime=job.min_runtime, resumable=job.resumable, submit_time=job.submit_time, seq=job.seq,
                    gpu_milli=job.gpu_milli, topology=job.topology, max_runtime=job.max_runtime, cpus=job.cpus,
                    memory_gib=job.memory_gib, preemptions=job.preemptions + 1,
-                   requeued_at=None if job.allocated else now)
+                   requeued_at=None if job.allocated else now, restart_overhead=job.restart_overhead,
+                   checkpoint_every=job.checkpoint_every)
 
 
 def _classes(state: ClusterState) -> set[frozenset[str]]:
