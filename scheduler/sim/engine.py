@@ -222,10 +222,12 @@ class Simulation(JobLives):
         self._advance(when)
         woken = self.quiet_at <= when
         self.dirty_at = None
-        self.quiet_at = math.inf
         self.last_call = when
         if not self.state.pending and not woken and not self._forced_possible():
+            # Nothing to decide now, but the moment the core said it would next decide something (a maximum
+            # runtime ending) still comes.
             return
+        self.quiet_at = math.inf
         self.last_active = when
         self._update_checkpoints(when)
         began = wallclock.perf_counter()

@@ -329,3 +329,17 @@ def test_it_starts_from_a_live_state():
     assert (1000, "old", "finish") in events
     assert (1000, "new", "start") in events
     assert check_result(result) == []
+
+
+def test_a_maximum_runtime_ends_a_run_though_another_ended_while_nothing_waited():
+    """Two jobs start at once on an idle host: one is done in an hour, the other may run 2 hours of its 3. The
+    first ends with nothing waiting; the core is not called then (nothing could start), but the second is still
+    stopped at its maximum runtime, as the live tick stops it. Before, the call passed over at the first end
+    forgot when the core had to look again, and the second ran its 3 hours."""
+    jobs = [job("short", 0, "p", 4, HOUR), replace(job("capped", 0, "p", 4, 3 * HOUR), max_runtime=2 * HOUR)]
+    result = run(one_host(8, tick=10), org(("p", 100)), jobs)
+    events = [(t, j, e, d) for t, j, e, d in result.events if j == "capped"]
+    assert (2 * HOUR, "capped", "preempt", "max_runtime") in events
+    assert all(e != "finish" for _, _, e, _ in events)
+    every = EveryTick(one_host(8, tick=10), org(("p", 100)), jobs, decide=schedule).run()
+    assert result.events == every.events
