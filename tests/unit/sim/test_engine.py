@@ -178,6 +178,37 @@ def test_skipping_quiet_ticks_changes_nothing_in_a_nested_org(seed):
     assert quiet.events == every.events
 
 
+def varied_jobs(seed: int) -> list:
+    """`nested_jobs` with what else a job may ask: a GPU type, a maximum runtime, a priority, its own restart
+    overhead."""
+    rng = random.Random(seed)
+
+    def varied(j):
+        fields = {}
+        if rng.random() < 0.2:
+            fields["gpu_types"] = frozenset([rng.choice(["GB200", "H100"])])
+        if rng.random() < 0.2:
+            fields["max_runtime"] = max(j.min_runtime, rng.choice([1800.0, HOUR, 2 * HOUR]))
+        if rng.random() < 0.3:
+            fields["priority"] = rng.choice([0, 2])
+        if rng.random() < 0.2:
+            fields["restart_overhead"] = rng.choice([0.0, 900.0])
+        return replace(j, **fields)
+
+    return [varied(j) for j in nested_jobs(seed)]
+
+
+# 3000 diverged when a tick passed over with nothing waiting forgot the moment a maximum runtime ended.
+@pytest.mark.parametrize("seed", [3000, 3001, 3002])
+def test_skipping_quiet_ticks_changes_nothing_with_jobs_of_every_ask(seed):
+    """The same with GPU types, maximum runtimes, priorities and restart overheads in the workload (over 10 hours:
+    a job asking a type no domain of its size has waits for ever, and a call every tick would never end)."""
+    jobs = varied_jobs(seed)
+    quiet = run(small_cluster(fast_lane_gpus=8), NESTED, jobs, until=10 * HOUR)
+    every = EveryTick(small_cluster(fast_lane_gpus=8), NESTED, jobs, decide=schedule, until=10 * HOUR).run()
+    assert quiet.events == every.events
+
+
 class EveryWindow(Simulation):
     """As before `ClusterState.window_jobs`: every running job's checkpoint window counted after each tick."""
 
