@@ -373,7 +373,7 @@ def _window_turn(job: RunningJob, now: float, policy: Policy, held_back: bool) -
 
 def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float:
     """When a job leaving `now + grace` would first come to leave after one leaving at a set time (rule 5's
-    sweep then meets them in another order)."""
+    sweep then meets them in another order). One that leaves with it now leaves after it from the next tick on."""
     offsets = sorted({policy.grace_period, policy.unallocated_grace})
     soonest = math.inf
     run_ends = state.run_ends(policy)
@@ -400,8 +400,8 @@ def _leave_order_turns(state: ClusterState, now: float, policy: Policy) -> float
         for at in fixed:
             for offset in offsets:
                 turn = at - offset
-                if now < turn < soonest:
-                    soonest = turn
+                if now <= turn < soonest:
+                    soonest = turn if turn > now else now + AFTER
     return soonest
 
 
