@@ -198,8 +198,10 @@ def varied_jobs(seed: int) -> list:
     return [varied(j) for j in nested_jobs(seed)]
 
 
-# 3000 diverged when a tick passed over with nothing waiting forgot the moment a maximum runtime ended.
-@pytest.mark.parametrize("seed", [3000, 3001, 3002])
+# 3000 diverged when a tick passed over with nothing waiting forgot the moment a maximum runtime ended; 3135
+# before a preemptible job that could leave together with a leaving one now counted to leave after it from the
+# next tick on (rule 5's sweep then held the leaving job's hosts, not the preemptible one's).
+@pytest.mark.parametrize("seed", [3000, 3001, 3002, 3135])
 def test_skipping_quiet_ticks_changes_nothing_with_jobs_of_every_ask(seed):
     """The same with GPU types, maximum runtimes, priorities and restart overheads in the workload (over 10 hours:
     a job asking a type no domain of its size has waits for ever, and a call every tick would never end)."""
