@@ -231,8 +231,6 @@ class Cycle(BoundedSearch, Explanation):
         self._reserved: list[HostState] = []
         # Until when each reservation holds (see `_hold`), sorted.
         self._reserved_until: list[float] = []
-        # The same, in the order the reservations were made (`reservations`): whose a job was kept out of.
-        self._hold_ends: list[float] = []
         self._victims_kept_out = False
         self._start_explaining()
         self._entitled_elsewhere: set[str] = set()
@@ -463,7 +461,6 @@ class Cycle(BoundedSearch, Explanation):
         # Jobs that can be made to leave by then (plus the grace period) may still start there.
         until = max(self.now, start - self.policy.grace_period)
         insort(self._reserved_until, until)
-        self._hold_ends.append(until)
         self._verdicts.clear()
         for name in hosts:
             host = self.capacity.hosts[name]

@@ -135,7 +135,7 @@ class Explanation:
                     f"less served than it, which are entitled to keep their GPUs: it waits for jobs to end")
         _, placing, preempting = self._classes(job)
         access = self._access(job)
-        blocked = self._reservation_blocking(placing, access)
+        blocked = self._reservation_blocking(job, placing, access)
         # The last failed victim search this tick that stands for it, if any.
         failed = None if blocked or job.min_runtime <= 0 else self._search_for_reason(job, preempting, access)
         if blocked:
@@ -195,17 +195,14 @@ class Explanation:
             return f"largest free is {max(pool.largest_free_group for pool in pools)}"
         return f"{free} free"
 
-    def _reservation_blocking(self, placing: tuple, access: Access) -> str:
+    def _reservation_blocking(self, job: PendingJob, placing: tuple, access: Access) -> str:
         """If, at its turn, only reservations kept a job of this placement class and reservation access
-        (`_access`) out: whose, and when those jobs start."""
+        (`_access`) out: whose (`_kept_out_of`), and when those jobs start."""
         if (placing, access) not in self._kept_out:
             return ""
-        # Of the reservations made by its turn, it was kept out of those ending first (`_access`).
-        made, kept_out = access
-        ends = self._hold_ends[:made]
-        last = sorted(ends)[kept_out - 1]
-        whose = [f"{r.job_id} (it starts {reasons.format_time(r.expected_start, self.now)})"
-                 for r, end in zip(self.reservations[:made], ends, strict=True) if end <= last]
+        starts = {r.job_id: r.expected_start for r in self.reservations}
+        whose = [f"{held_for} (it starts {reasons.format_time(starts[held_for], self.now)})"
+                 for held_for in self._kept_out_of(job)]
         if len(whose) == 1:
             return (f"the free GPUs that fit were reserved for job {whose[0]}, and this job's protection "
                     f"(its minimum runtime, longer after a preemption) would outlast that")
